@@ -1,0 +1,177 @@
+/* xseg.h: the one public header of libxseg, an expandable-segments caching
+ * allocator for GPU memory built on CUDA virtual memory management.
+ *
+ * Conventions, stated once:
+ *  - Every function returns an xseg_status; XSEG_OK (0) is success.  On any
+ *    other status, xseg_last_error() returns a readable, thread-local message
+ *    that names the numbers involved, and the allocator's state is unchanged.
+ *  - The library never aborts, never exits and never prints unless the
+ *    configuration asks it to (key `verbose`).
+ *  - All functions taking an xseg_t are thread-safe.
+ *  - Streams are CUDA streams (CUstream / cudaStream_t) passed as void *;
+ *    NULL is the legacy default stream.  On the host backend they are opaque
+ *    tokens.
+ */
+#ifndef XSEG_H
+#define XSEG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define XSEG_VERSION_MAJOR 0
+#define XSEG_VERSION_MINOR 1
+#define XSEG_VERSION_PATCH 0
+#define XSEG_VERSION_STRING "0.1.0"
+
+#if defined(XSEG_STATIC_DEFINE)
+#define XSEG_API
+#elif defined(XSEG_BUILDING)
+#define XSEG_API __attribute__((visibility("default")))
+#else
+#define XSEG_API
+#endif
+
+/* Stable status codes: values never change once released. */
+typedef enum xseg_status {
+    XSEG_OK = 0,
+    XSEG_ERR_INVALID_ARG = 1,     /* NULL, size 0, out-of-range argument */
+    XSEG_ERR_CONFIG = 2,          /* unknown key or bad value in the conf */
+    XSEG_ERR_OOM = 3,             /* out of device memory or over the cap */
+    XSEG_ERR_SIZE = 4,            /* request larger than any possible block */
+    XSEG_ERR_INVALID_POINTER = 5, /* pointer not handed out by this allocator */
+    XSEG_ERR_INTERIOR_POINTER = 6,/* pointer inside a live block, not its start */
+    XSEG_ERR_DOUBLE_FREE = 7,     /* pointer already freed */
+    XSEG_ERR_DRIVER = 8,          /* the driver failed (code in the message) */
+    XSEG_ERR_NO_BACKEND = 9,      /* requested backend unavailable */
+    XSEG_ERR_NO_DEVICE = 10,      /* device index invalid or no device */
+    XSEG_ERR_FORKED = 11,         /* used in a child process after fork() */
+    XSEG_ERR_VA_EXHAUSTED = 12,   /* the virtual range has no room left */
+    XSEG_ERR_BUFFER_TOO_SMALL = 13,
+    XSEG_ERR_INTERNAL = 14
+} xseg_status;
+
+/* Driver operations, as counted in xseg_stats.driver_calls. */
+typedef enum xseg_op {
+    XSEG_OP_RESERVE = 0,
+    XSEG_OP_ADDRESS_FREE,
+    XSEG_OP_CREATE,
+    XSEG_OP_RELEASE,
+    XSEG_OP_MAP,
+    XSEG_OP_UNMAP,
+    XSEG_OP_SET_ACCESS,
+    XSEG_OP_MEM_INFO,
+    XSEG_OP_EVENT_CREATE,
+    XSEG_OP_EVENT_RECORD,
+    XSEG_OP_EVENT_QUERY,
+    XSEG_OP_EVENT_SYNC,
+    XSEG_OP_EVENT_DESTROY,
+    XSEG_OP_STREAM_SYNC,
+    XSEG_OP_COUNT
+} xseg_op;
+
+typedef struct xseg xseg_t;
+
+/* current: now; peak: highest since creation or the last peak reset;
+ * total: cumulative amount ever added (bytes or count). */
+typedef struct xseg_counter {
+    uint64_t current;
+    uint64_t peak;
+    uint64_t total;
+} xseg_counter;
+
+#define XSEG_STATS_VERSION 1
+
+typedef struct xseg_stats {
+    uint32_t size;    /* caller sets sizeof(xseg_stats) */
+    uint32_t version; /* filled: XSEG_STATS_VERSION */
+    int32_t device;
+    uint32_t reserved0;
+    xseg_counter allocated_bytes;   /* rounded block sizes of live allocations */
+    xseg_counter requested_bytes;   /* sizes callers asked for */
+    xseg_counter active_blocks;     /* live allocations */
+    xseg_counter reserved_va_bytes; /* virtual address space reserved */
+    xseg_counter mapped_bytes;      /* physical memory mapped (taken from device) */
+    xseg_counter cached_bytes;      /* mapped but not allocated */
+    xseg_counter segments;          /* virtual reservations */
+    xseg_counter handles;           /* physical handles */
+    uint64_t driver_calls[XSEG_OP_COUNT];
+    uint64_t driver_errors;
+    uint64_t alloc_calls;
+    uint64_t free_calls;
+    uint64_t alloc_retries;
+    uint64_t ooms;
+    uint64_t syncs;            /* event / stream synchronisations waited on */
+    uint64_t gc_runs;
+    uint64_t trims;
+    uint64_t released_bytes;   /* physical bytes unmapped and released, total */
+    uint64_t deferred_frees;   /* frees held back by record_stream events */
+    uint64_t largest_free_block; /* largest free virtual block (bytes) */
+    uint64_t mapped_cap;       /* cap on mapped bytes in force (0: none) */
+    uint64_t device_total;     /* device memory size per the driver */
+    uint64_t page_size;        /* mapping granularity in force */
+} xseg_stats;
+
+/* Static information. */
+XSEG_API const char *xseg_version(void);
+XSEG_API const char *xseg_strerror(xseg_status status);
+XSEG_API const char *xseg_op_name(xseg_op op);
+/* The detailed message of the last failing call on this thread ("" if none). */
+XSEG_API const char *xseg_last_error(void);
+
+/* Create an allocator for `device`.  conf: "key:value,..." (docs/config.md);
+ * NULL means the XSEG_CONF environment variable (unset or empty: defaults). */
+XSEG_API xseg_status xseg_create(xseg_t **out, int device, const char *conf);
+/* Destroy: unmaps and releases everything; live allocations become invalid. */
+XSEG_API xseg_status xseg_destroy(xseg_t *xs);
+
+/* Allocate `size` bytes for use on `stream`.  A block freed on the same
+ * stream is reused at once; blocks of other streams only once the GPU is
+ * done with them. */
+XSEG_API xseg_status xseg_alloc(xseg_t *xs, size_t size, void *stream, void **out);
+XSEG_API xseg_status xseg_free(xseg_t *xs, void *ptr);
+/* Mark that `ptr` is also used on `stream`: at free, its reuse waits for an
+ * event recorded on that stream. */
+XSEG_API xseg_status xseg_record_stream(xseg_t *xs, void *ptr, void *stream);
+/* Size of the block behind a live pointer (rounded) and as requested. */
+XSEG_API xseg_status xseg_block_size(xseg_t *xs, const void *ptr, size_t *rounded,
+                                     size_t *requested);
+
+/* Give cached free memory back to the device, keeping at most `keep` cached
+ * bytes mapped; waits (on events) for the GPU where needed.  *released (may
+ * be NULL) receives the number of physical bytes released. */
+XSEG_API xseg_status xseg_trim(xseg_t *xs, size_t keep, size_t *released);
+
+XSEG_API xseg_status xseg_get_stats(xseg_t *xs, xseg_stats *out);
+XSEG_API xseg_status xseg_reset_peak(xseg_t *xs);
+/* Render the stats as JSON into buf (NUL-terminated).  *len receives the
+ * length needed without the NUL; XSEG_ERR_BUFFER_TOO_SMALL if cap is short. */
+XSEG_API xseg_status xseg_stats_json(xseg_t *xs, char *buf, size_t cap, size_t *len);
+
+/* The process-wide allocator of `device`, created on first use from
+ * XSEG_CONF.  Destroyed at process exit. */
+XSEG_API xseg_status xseg_default(int device, xseg_t **out);
+
+/* Name of the backend in use ("cuda" or "host"). */
+XSEG_API const char *xseg_backend_name(const xseg_t *xs);
+
+/* ---- PyTorch CUDAPluggableAllocator entry points (docs/pytorch.md) ----
+ * Each serves the process-wide allocator of `device` (xseg_default).  They
+ * cannot return a status: failures return NULL / do nothing and leave the
+ * message in xseg_last_error(). */
+XSEG_API void *xseg_torch_alloc(size_t size, int device, void *stream);
+XSEG_API void xseg_torch_free(void *ptr, size_t size, int device, void *stream);
+XSEG_API void xseg_torch_init(int device_count);
+XSEG_API void xseg_torch_reset(void);
+XSEG_API void xseg_torch_memory_fraction(double fraction, int device);
+XSEG_API void xseg_torch_record_stream(void *ptr, void *stream);
+/* Set the process-wide allocators' conf before first use (NULL: XSEG_CONF). */
+XSEG_API xseg_status xseg_set_default_conf(const char *conf);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* XSEG_H */

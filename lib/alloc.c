@@ -1,0 +1,377 @@
+/* alloc.c: the block allocator over the arena: best fit with splitting and
+ * coalescing, per-stream free indexes plus a neutral one, the LRU of cached
+ * free blocks, growth under caps / GC / release thresholds, and reclaim.
+ * Called with xs->lock held. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+int xseg_drv_count(xseg_t *xs, xseg_op op, int rc)
+{
+    xs->drv_calls[op]++;
+    if (rc != XDRV_SUCCESS && rc != XDRV_NOT_READY)
+        xs->drv_errors++;
+    return rc;
+}
+
+/* ---- block records ---- */
+
+xblock *xblock_new(xseg_t *xs)
+{
+    xblock *b = xs->spare_blocks;
+    if (b)
+        xs->spare_blocks = b->fnext;
+    else if (!(b = malloc(sizeof *b)))
+        return NULL;
+    memset(b, 0, sizeof *b);
+    return b;
+}
+
+void xblock_put(xseg_t *xs, xblock *b)
+{
+    b->fnext = xs->spare_blocks;
+    xs->spare_blocks = b;
+}
+
+/* ---- LRU of cached free blocks (oldest at the head) ---- */
+
+static void lru_remove(xseg_t *xs, xblock *b)
+{
+    if (!(b->flags & XB_LRU))
+        return;
+    if (b->lprev)
+        b->lprev->lnext = b->lnext;
+    else
+        xs->lru_head = b->lnext;
+    if (b->lnext)
+        b->lnext->lprev = b->lprev;
+    else
+        xs->lru_tail = b->lprev;
+    b->lprev = b->lnext = NULL;
+    b->flags &= ~XB_LRU;
+}
+
+static void lru_push(xseg_t *xs, xblock *b)
+{
+    b->lnext = NULL;
+    b->lprev = xs->lru_tail;
+    if (xs->lru_tail)
+        xs->lru_tail->lnext = b;
+    else
+        xs->lru_head = b;
+    xs->lru_tail = b;
+    b->flags |= XB_LRU;
+}
+
+/* Put r where b stands in the LRU (r inherits b's age). */
+static void lru_replace(xseg_t *xs, xblock *b, xblock *r)
+{
+    r->lprev = b->lprev;
+    r->lnext = b->lnext;
+    if (r->lprev)
+        r->lprev->lnext = r;
+    else
+        xs->lru_head = r;
+    if (r->lnext)
+        r->lnext->lprev = r;
+    else
+        xs->lru_tail = r;
+    r->flags |= XB_LRU;
+    b->lprev = b->lnext = NULL;
+    b->flags &= ~XB_LRU;
+}
+
+/* ---- free indexes ---- */
+
+static xfreeidx *index_of(xseg_t *xs, xblock *b)
+{
+    return b->owner ? &b->owner->idx : &xs->neutral;
+}
+
+static void free_insert(xseg_t *xs, xblock *b)
+{
+    b->flags |= XB_FREE;
+    xfi_insert(index_of(xs, b), b);
+}
+
+static void free_remove(xseg_t *xs, xblock *b)
+{
+    xfi_remove(index_of(xs, b), b);
+    b->flags &= ~XB_FREE;
+}
+
+static int mergeable(const xblock *a, const xblock *b)
+{
+    return a && b && (a->flags & XB_FREE) && (b->flags & XB_FREE) && a->owner == b->owner;
+}
+
+/* Merge free block n into its free predecessor p (p survives). */
+static void absorb(xseg_t *xs, xblock *p, xblock *n)
+{
+    int in_lru = (p->flags | n->flags) & XB_LRU;
+    free_remove(xs, p);
+    free_remove(xs, n);
+    lru_remove(xs, p);
+    lru_remove(xs, n);
+    p->size += n->size;
+    p->anext = n->anext;
+    if (n->anext)
+        n->anext->aprev = p;
+    if (n->epoch > p->epoch)
+        p->epoch = n->epoch;
+    if (n->stamp > p->stamp)
+        p->stamp = n->stamp;
+    xblock_put(xs, n);
+    free_insert(xs, p);
+    if (in_lru)
+        lru_push(xs, p);
+}
+
+/* Insert a block into the free state and merge it with free neighbours of
+ * the same owner.  Returns the surviving block. */
+static xblock *coalesce(xseg_t *xs, xblock *b, int to_lru)
+{
+    free_insert(xs, b);
+    if (to_lru)
+        lru_push(xs, b);
+    if (mergeable(b->aprev, b)) {
+        xblock *p = b->aprev;
+        absorb(xs, p, b);
+        b = p;
+    }
+    if (mergeable(b, b->anext))
+        absorb(xs, b, b->anext);
+    return b;
+}
+
+/* ---- reclaim ---- */
+
+/* Unmap the whole handles inside a free block once the GPU is done with
+ * it; the block then becomes neutral.  Returns bytes released. */
+static size_t reclaim_block(xseg_t *xs, xblock *b)
+{
+    int err = 0;
+    size_t got = xarena_release_inside(xs, b->addr, b->addr + b->size, &err);
+    if (err)
+        return got; /* driver refused: keep it as it is, cached */
+    lru_remove(xs, b);
+    if (b->owner) {
+        free_remove(xs, b);
+        b->owner = NULL;
+        coalesce(xs, b, 0);
+    }
+    return got;
+}
+
+size_t xseg_reclaim(xseg_t *xs, size_t want, int block)
+{
+    size_t got = 0;
+    xblock *skipped = NULL, *skipped_tail = NULL;
+    while (got < want && xs->lru_head) {
+        xblock *b = xs->lru_head;
+        if (b->owner && !xstream_done(xs, b->owner, b->epoch, block)) {
+            lru_remove(xs, b); /* not yet safe: keep its place for later */
+            b->lnext = NULL;
+            b->lprev = skipped_tail;
+            if (skipped_tail)
+                skipped_tail->lnext = b;
+            else
+                skipped = b;
+            skipped_tail = b;
+            continue;
+        }
+        size_t before = got;
+        got += reclaim_block(xs, b);
+        if (got == before && (b->flags & XB_LRU))
+            lru_remove(xs, b); /* driver error: stop retrying this one now */
+    }
+    /* Put the skipped blocks back at the head, in their order. */
+    if (skipped) {
+        skipped_tail->lnext = xs->lru_head;
+        if (xs->lru_head)
+            xs->lru_head->lprev = skipped_tail;
+        else
+            xs->lru_tail = skipped_tail;
+        xs->lru_head = skipped;
+        for (xblock *b = skipped; b; b = b->lnext)
+            b->flags |= XB_LRU;
+    }
+    return got;
+}
+
+/* ---- allocation of arena blocks ---- */
+
+/* Take `size` bytes from the front of free block b for owner s. */
+static xblock *carve(xseg_t *xs, xblock *b, size_t size, xstream *s)
+{
+    free_remove(xs, b);
+    if (b->size - size >= XSEG_MIN_BLOCK) {
+        xblock *r = xblock_new(xs);
+        if (r) {
+            *r = *b;
+            r->flags = 0;
+            r->addr = b->addr + size;
+            r->size = b->size - size;
+            r->aprev = b;
+            if (b->anext)
+                b->anext->aprev = r;
+            b->anext = r;
+            b->size = size;
+            if (b->flags & XB_LRU)
+                lru_replace(xs, b, r);
+            free_insert(xs, r);
+        }
+    }
+    lru_remove(xs, b);
+    b->owner = s;
+    b->flags = 0;
+    return b;
+}
+
+/* A free block of s just before neutral block n can be extended into n. */
+static xblock *extend_into(xseg_t *xs, xblock *n, size_t size, xstream *s)
+{
+    xblock *f = n->aprev;
+    if (!f || !(f->flags & XB_FREE) || f->owner != s || f->size >= size)
+        return NULL;
+    size_t take = size - f->size;
+    if (n->size < take)
+        return NULL;
+    free_remove(xs, f);
+    lru_remove(xs, f);
+    free_remove(xs, n);
+    if (n->size - take < XSEG_MIN_BLOCK) {
+        take = n->size;
+        f->anext = n->anext;
+        if (n->anext)
+            n->anext->aprev = f;
+        xblock_put(xs, n);
+    } else {
+        n->addr += take;
+        n->size -= take;
+        free_insert(xs, n);
+    }
+    f->size += take;
+    f->flags = 0;
+    return f;
+}
+
+static xblock *find_block(xseg_t *xs, xstream *s, size_t size)
+{
+    size_t mss = xs->conf.max_split_size;
+    size_t max = size <= mss ? mss : SIZE_MAX;
+    xblock *b = xs->conf.caching ? xfi_find(&s->idx, size, max) : NULL;
+    if (b)
+        return carve(xs, b, size, s);
+    b = xfi_find(&xs->neutral, size, SIZE_MAX);
+    if (!b)
+        return NULL;
+    xblock *e = extend_into(xs, b, size, s);
+    if (e) {
+        e->owner = s;
+        return e;
+    }
+    return carve(xs, b, size, s);
+}
+
+static size_t round_page(const xseg_t *xs, size_t v)
+{
+    size_t p = xs->arena.page;
+    return v > SIZE_MAX - p ? SIZE_MAX : (v + p - 1) / p * p;
+}
+
+/* Before mapping `need` more bytes: enforce the cap, then the GC and
+ * release thresholds by reclaiming cached memory. */
+static xseg_status make_room(xseg_t *xs, size_t need, size_t request)
+{
+    size_t after = xs->mapped.cur + need;
+    if (xs->cap != SIZE_MAX && after > xs->cap) {
+        xseg_reclaim(xs, after - xs->cap, 1);
+        after = xs->mapped.cur + need;
+        if (after > xs->cap) {
+            char b1[32], b2[32];
+            return xseg_fail(xs, XSEG_ERR_OOM,
+                             "xseg: cap reached: request of %zu bytes needs %s more mapped, "
+                             "cap %s", request, xseg_fmt_size(need, b1, sizeof b1),
+                             xseg_fmt_size(xs->cap, b2, sizeof b2));
+        }
+    }
+    if (xs->conf.gc_threshold > 0 && xs->cap != SIZE_MAX) {
+        size_t gc = (size_t)(xs->conf.gc_threshold * (double)xs->cap);
+        if (after > gc) {
+            xs->gc_runs++;
+            xseg_reclaim(xs, after - gc, 0);
+            after = xs->mapped.cur + need;
+        }
+    }
+    size_t rt = xs->conf.release_threshold;
+    if (rt == XSEG_SIZE_UNLIMITED)
+        return XSEG_OK;
+    size_t limit;
+    if (rt == XSEG_SIZE_AUTO) {
+        limit = round_page(xs, xs->peak_alloc_ever > xs->arena_used ? xs->peak_alloc_ever
+                                                                    : xs->arena_used);
+    } else {
+        limit = xs->arena_used > SIZE_MAX - rt ? SIZE_MAX : round_page(xs, xs->arena_used) + rt;
+    }
+    if (after > limit)
+        xseg_reclaim(xs, after - limit, 0);
+    return XSEG_OK;
+}
+
+static xseg_status ensure_mapped(xseg_t *xs, xblock *b, size_t request)
+{
+    size_t need = xarena_unmapped_bytes(xs, b->addr, b->addr + b->size);
+    if (!need)
+        return XSEG_OK;
+    xseg_status st = make_room(xs, need, request);
+    if (st != XSEG_OK)
+        return st;
+    return xarena_ensure(xs, b->addr, b->addr + b->size, request);
+}
+
+xseg_status xblk_alloc(xseg_t *xs, xstream *s, size_t size, size_t request, xblock **out)
+{
+    xblock *b = find_block(xs, s, size);
+    if (!b) {
+        char b1[32];
+        return xseg_fail(xs, XSEG_ERR_VA_EXHAUSTED,
+                         "xseg: no free virtual range of %zu bytes in the %s arena; "
+                         "raise va_size", size, xseg_fmt_size(xs->arena.size, b1, sizeof b1));
+    }
+    xs->arena_used += b->size;
+    if (xs->arena_used > xs->peak_alloc_ever)
+        xs->peak_alloc_ever = xs->arena_used;
+    xseg_status st = ensure_mapped(xs, b, request);
+    if (st != XSEG_OK) {
+        xs->arena_used -= b->size;
+        if (xarena_unmapped_bytes(xs, b->addr, b->addr + b->size) ==
+            round_page(xs, b->size))
+            b->owner = NULL; /* never used by the GPU */
+        b->epoch = b->owner ? b->owner->epoch : 0;
+        coalesce(xs, b, 1);
+        return st;
+    }
+    *out = b;
+    return XSEG_OK;
+}
+
+void xblk_free(xseg_t *xs, xblock *b)
+{
+    xs->arena_used -= b->size;
+    b->epoch = b->owner ? b->owner->epoch : 0;
+    b->stamp = ++xs->stamp;
+    b = coalesce(xs, b, 1);
+    if (!xs->conf.caching && (!b->owner || xstream_done(xs, b->owner, b->epoch, 1)))
+        reclaim_block(xs, b);
+}
+
+/* Real release of a user allocation (its stream uses, if any, are done). */
+void xseg_release_user(xseg_t *xs, uintptr_t addr, uintptr_t tag)
+{
+    if (tag & 1)
+        xsmall_free(xs, (xslab *)(tag & ~(uintptr_t)1), addr);
+    else
+        xblk_free(xs, (xblock *)tag);
+}

@@ -1,0 +1,595 @@
+/* api.c: the public entry points: argument checks, the per-allocator lock,
+ * create/destroy, the retry ladder on out-of-memory, error classification
+ * of bad frees, and the process-wide default allocators. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+size_t xseg_render_json(const xseg_stats *s, const char *backend, char *buf, size_t cap);
+uint32_t xsmall_requested(const xslab *sl, uintptr_t addr);
+
+#define XSEG_MAX_DEVICES 64
+#define XSEG_DEFAULT_MAX_HANDLE ((size_t)1 << 30)
+
+static atomic_uint g_fork_gen;
+static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
+
+static void on_fork_child(void)
+{
+    atomic_fetch_add(&g_fork_gen, 1);
+}
+
+static void register_fork(void)
+{
+    pthread_atfork(NULL, NULL, on_fork_child);
+}
+
+const char *xseg_version(void)
+{
+    return XSEG_VERSION_STRING;
+}
+
+const char *xseg_backend_name(const xseg_t *xs)
+{
+    return xs ? xs->drv->name : "none";
+}
+
+static int forked(const xseg_t *xs)
+{
+    return xs->fork_gen != atomic_load_explicit(&g_fork_gen, memory_order_relaxed);
+}
+
+#define CHECK_XS(xs)                                                                        \
+    do {                                                                                    \
+        if (!(xs))                                                                          \
+            return xseg_fail(NULL, XSEG_ERR_INVALID_ARG, "xseg: allocator is NULL");        \
+        if (forked(xs))                                                                     \
+            return xseg_fail(xs, XSEG_ERR_FORKED,                                           \
+                             "xseg: allocator of device %d used in a child after fork(); "  \
+                             "create a new one in the child", (xs)->device);               \
+    } while (0)
+
+/* ---- create / destroy ---- */
+
+static xseg_status pick_driver(xseg_t *xs)
+{
+    xseg_backend_kind k = xs->conf.backend;
+    if (k == XSEG_BACKEND_AUTO)
+        k = (xseg_driver_cuda_ptr && xseg_cuda_available()) ? XSEG_BACKEND_CUDA : XSEG_BACKEND_HOST;
+    if (k == XSEG_BACKEND_HOST) {
+        xs->drv = &xseg_driver_host;
+        return XSEG_OK;
+    }
+    if (!xseg_driver_cuda_ptr)
+        return xseg_fail(xs, XSEG_ERR_NO_BACKEND,
+                         "xseg: backend:cuda requested but this build has no CUDA backend "
+                         "(no cuda.h at build time); use backend:host or auto");
+    if (!xseg_cuda_available())
+        return xseg_fail(xs, XSEG_ERR_NO_BACKEND,
+                         "xseg: backend:cuda requested but libcuda.so.1 did not load or "
+                         "reports no device; use backend:host or auto");
+    xs->drv = xseg_driver_cuda_ptr;
+    return XSEG_OK;
+}
+
+static xseg_status open_driver(xseg_t *xs, int device)
+{
+    char err[256] = "";
+    int rc = xs->drv->init(&xs->dctx, device, xs->conf.host_capacity, err, sizeof err);
+    if (rc != XDRV_SUCCESS) {
+        xs->dctx = NULL;
+        int nodev = rc == XDRV_INVALID_DEVICE || rc == XDRV_NO_DEVICE;
+        return xseg_fail(xs, nodev ? XSEG_ERR_NO_DEVICE : XSEG_ERR_DRIVER,
+                         "xseg: opening device %d on the %s backend failed (%s): %s", device,
+                         xs->drv->name, xs->drv->error_name(rc), err);
+    }
+    size_t fr = 0, total = 0;
+    rc = xseg_drv_count(xs, XSEG_OP_MEM_INFO, xs->drv->mem_info(xs->dctx, &fr, &total));
+    if (rc != XDRV_SUCCESS || total == 0)
+        return xseg_fail(xs, XSEG_ERR_DRIVER, "xseg: reading device %d memory size failed (%s)",
+                         device, xs->drv->error_name(rc));
+    xs->dev_total = total;
+    return XSEG_OK;
+}
+
+static void set_caps(xseg_t *xs)
+{
+    size_t cap = SIZE_MAX;
+    if (xs->conf.max_mapped)
+        cap = xs->conf.max_mapped;
+    if (xs->conf.memory_fraction > 0) {
+        size_t f = (size_t)(xs->conf.memory_fraction * (double)xs->dev_total);
+        if (f < cap)
+            cap = f;
+    }
+    xs->cap = cap;
+    xs->max_handle = xs->conf.handle_size ? xs->conf.handle_size : XSEG_DEFAULT_MAX_HANDLE;
+}
+
+static xseg_status init_arena(xseg_t *xs)
+{
+    size_t va = xs->conf.va_size ? xs->conf.va_size
+                                 : (xs->dev_total > SIZE_MAX / 4 ? SIZE_MAX / 4 : xs->dev_total) * 4;
+    xseg_status st = xarena_init(xs, va);
+    if (st != XSEG_OK)
+        return st;
+    xblock *b = xblock_new(xs);
+    if (!b)
+        return xseg_fail(xs, XSEG_ERR_OOM, "xseg: no host memory");
+    b->addr = xs->arena.base;
+    b->size = xs->arena.size;
+    b->flags = XB_FREE;
+    xfi_insert(&xs->neutral, b);
+    xs->first_block = b;
+    return XSEG_OK;
+}
+
+static xseg_status init_maps(xseg_t *xs)
+{
+    if (xseg_ptrmap_init(&xs->live, 1024) || xseg_ptrmap_init(&xs->streams, 16) ||
+        xseg_ptrmap_init(&xs->uses, 16) || xsmall_init(xs))
+        return xseg_fail(xs, XSEG_ERR_OOM, "xseg: no host memory for the allocator's tables");
+    return XSEG_OK;
+}
+
+static void teardown(xseg_t *xs, int call_driver);
+
+xseg_status xseg_create(xseg_t **out, int device, const char *conf)
+{
+    if (!out)
+        return xseg_fail(NULL, XSEG_ERR_INVALID_ARG, "xseg_create: out is NULL");
+    *out = NULL;
+    pthread_once(&g_fork_once, register_fork);
+    xseg_t *xs = calloc(1, sizeof *xs);
+    if (!xs)
+        return xseg_fail(NULL, XSEG_ERR_OOM, "xseg_create: no host memory");
+    xs->device = device;
+    xs->fork_gen = atomic_load(&g_fork_gen);
+    pthread_mutex_init(&xs->lock, NULL);
+    xseg_conf_defaults(&xs->conf);
+    char err[512] = "";
+    const char *text = conf ? conf : getenv("XSEG_CONF");
+    xseg_status st = xseg_conf_parse(&xs->conf, text, err, sizeof err);
+    if (st != XSEG_OK)
+        xseg_fail(NULL, st, "%s%s", err, conf ? "" : " (from the XSEG_CONF environment variable)");
+    if (st == XSEG_OK && device < 0)
+        st = xseg_fail(xs, XSEG_ERR_NO_DEVICE, "xseg_create: device %d is negative", device);
+    if (st == XSEG_OK)
+        st = pick_driver(xs);
+    if (st == XSEG_OK)
+        st = open_driver(xs, device);
+    if (st == XSEG_OK) {
+        set_caps(xs);
+        st = init_maps(xs);
+    }
+    if (st == XSEG_OK)
+        st = init_arena(xs);
+    if (st != XSEG_OK) {
+        char keep[768];
+        snprintf(keep, sizeof keep, "%s", xseg_last_error());
+        teardown(xs, 1);
+        xseg_fail(NULL, st, "%s", keep);
+        return st;
+    }
+    xseg_clear_error();
+    *out = xs;
+    return XSEG_OK;
+}
+
+static void free_uses(uintptr_t k, uintptr_t v, void *arg)
+{
+    (void)k;
+    (void)arg;
+    free((void *)v);
+}
+
+static void teardown(xseg_t *xs, int call_driver)
+{
+    xstreams_fini(xs, call_driver && xs->dctx);
+    if (xs->class_of)
+        xsmall_fini(xs);
+    for (xblock *b = xs->first_block; b;) {
+        xblock *n = b->anext;
+        free(b);
+        b = n;
+    }
+    for (xblock *b = xs->spare_blocks; b;) {
+        xblock *n = b->fnext;
+        free(b);
+        b = n;
+    }
+    if (xs->dctx)
+        xarena_fini(xs, call_driver);
+    if (xs->uses.keys)
+        xseg_ptrmap_each(&xs->uses, free_uses, NULL);
+    xseg_ptrmap_fini(&xs->uses);
+    xseg_ptrmap_fini(&xs->live);
+    xseg_ptrmap_fini(&xs->streams);
+    if (xs->dctx && call_driver)
+        xs->drv->fini(xs->dctx);
+    pthread_mutex_destroy(&xs->lock);
+    free(xs);
+}
+
+xseg_status xseg_destroy(xseg_t *xs)
+{
+    if (!xs)
+        return xseg_fail(NULL, XSEG_ERR_INVALID_ARG, "xseg_destroy: allocator is NULL");
+    /* In a forked child the parent's memory must not be touched: free the
+     * bookkeeping only, no driver call. */
+    int child = forked(xs);
+    pthread_mutex_lock(&xs->lock);
+    pthread_mutex_unlock(&xs->lock);
+    teardown(xs, !child);
+    return XSEG_OK;
+}
+
+/* ---- allocation ---- */
+
+static size_t round_size(const xseg_t *xs, size_t size)
+{
+    size_t r = (size + XSEG_MIN_BLOCK - 1) & ~(size_t)(XSEG_MIN_BLOCK - 1);
+    unsigned div = xs->conf.roundup_power2_divisions;
+    if (div > 1 && r > xs->conf.small_size) {
+        size_t p = (size_t)1 << (63 - __builtin_clzll((unsigned long long)r));
+        size_t step = p / div;
+        if (step >= XSEG_MIN_BLOCK)
+            r = (r + step - 1) / step * step;
+    }
+    return r;
+}
+
+static xseg_status alloc_once(xseg_t *xs, xstream *s, size_t rounded, size_t size, void **out,
+                              size_t *block)
+{
+    int cls = xsmall_class(xs, rounded);
+    if (cls >= 0) {
+        *block = xs->class_size[cls];
+        return xsmall_alloc(xs, s, cls, size, out);
+    }
+    xblock *b = NULL;
+    xseg_status st = xblk_alloc(xs, s, rounded, size, &b);
+    if (st != XSEG_OK)
+        return st;
+    if (xseg_ptrmap_put(&xs->live, b->addr, (uintptr_t)b) != 0) {
+        xblk_free(xs, b);
+        return xseg_fail(xs, XSEG_ERR_OOM, "xseg: no host memory to track an allocation");
+    }
+    b->requested = size;
+    *block = b->size;
+    *out = (void *)b->addr;
+    return XSEG_OK;
+}
+
+/* Each further attempt reclaims more: first everything cached that the
+ * GPU is done with (waiting on events), then every deferred free too. */
+static void escalate(xseg_t *xs, unsigned attempt)
+{
+    xs->retries++;
+    xpending_process(xs, attempt >= 2);
+    xsmall_drop_empty(xs);
+    xseg_reclaim(xs, SIZE_MAX, 1);
+}
+
+static xseg_status oom_report(xseg_t *xs, size_t size)
+{
+    char r[32], a[32], m[32], c[32], cp[32], l[32], f[32];
+    size_t fr = 0, total = 0;
+    xseg_stats st = {.size = sizeof st};
+    xseg_fill_stats(xs, &st);
+    xs->drv->mem_info(xs->dctx, &fr, &total);
+    xs->ooms++;
+    return xseg_fail(xs, XSEG_ERR_OOM,
+                     "xseg: out of memory on device %d: requested %s (%zu B); in use %s, "
+                     "mapped %s, cached %s, cap %s, largest free block %s, device free %s; "
+                     "hint: %s", xs->device, xseg_fmt_size(size, r, sizeof r), size,
+                     xseg_fmt_size(xs->allocated.cur, a, sizeof a),
+                     xseg_fmt_size(xs->mapped.cur, m, sizeof m),
+                     xseg_fmt_size(st.cached_bytes.current, c, sizeof c),
+                     xs->cap == SIZE_MAX ? "none" : xseg_fmt_size(xs->cap, cp, sizeof cp),
+                     xseg_fmt_size(st.largest_free_block, l, sizeof l),
+                     xseg_fmt_size(fr, f, sizeof f),
+                     xs->cap != SIZE_MAX ? "raise max_mapped / memory_fraction, or free memory"
+                                         : "free memory, or lower other processes' use");
+}
+
+static void count_alloc(xseg_t *xs, size_t block, size_t size)
+{
+    xcnt_add(&xs->allocated, block);
+    xcnt_add(&xs->requested, size);
+    xcnt_add(&xs->active, 1);
+}
+
+xseg_status xseg_alloc(xseg_t *xs, size_t size, void *stream, void **out)
+{
+    CHECK_XS(xs);
+    if (!out)
+        return xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_alloc: out is NULL");
+    *out = NULL;
+    if (size == 0)
+        return xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_alloc: size is 0");
+    if (size > xs->arena.size - xs->arena.page)
+        return xseg_fail(xs, XSEG_ERR_SIZE,
+                         "xseg_alloc: request of %zu bytes exceeds the virtual range of %zu "
+                         "bytes (va_size)", size, xs->arena.size);
+    size_t rounded = round_size(xs, size), block = 0;
+    pthread_mutex_lock(&xs->lock);
+    xs->alloc_calls++;
+    xstream *s = xstream_get(xs, stream);
+    xseg_status st = XSEG_ERR_OOM;
+    if (s) {
+        if (xs->pend_head)
+            xpending_process(xs, 0);
+        for (unsigned attempt = 0;; attempt++) {
+            st = alloc_once(xs, s, rounded, size, out, &block);
+            if ((st != XSEG_ERR_OOM && st != XSEG_ERR_VA_EXHAUSTED) ||
+                attempt + 1 >= xs->conf.alloc_retries)
+                break;
+            escalate(xs, attempt + 1);
+        }
+    }
+    if (st == XSEG_OK)
+        count_alloc(xs, block, size);
+    else if (st == XSEG_ERR_OOM)
+        oom_report(xs, size);
+    pthread_mutex_unlock(&xs->lock);
+    return st;
+}
+
+/* ---- free ---- */
+
+static xblock *block_containing(const xseg_t *xs, uintptr_t p)
+{
+    for (xblock *b = xs->first_block; b; b = b->anext)
+        if (p >= b->addr && p < b->addr + b->size)
+            return b;
+    return NULL;
+}
+
+/* Error path only (a linear walk is fine here): why is p not live? */
+static xseg_status bad_pointer(xseg_t *xs, const void *ptr, const char *what)
+{
+    uintptr_t p = (uintptr_t)ptr;
+    const xarena *ar = &xs->arena;
+    if (p < ar->base || p >= ar->base + ar->size)
+        return xseg_fail(xs, XSEG_ERR_INVALID_POINTER,
+                         "%s: %p was not allocated by this allocator (device %d)", what, ptr,
+                         xs->device);
+    xblock *b = block_containing(xs, p);
+    int kind = 3;
+    if (b && (b->flags & XB_SLAB))
+        kind = xsmall_classify(b->slab, p);
+    else if (b && !(b->flags & XB_FREE))
+        kind = p == b->addr ? 1 : 2;
+    if (kind == 2)
+        return xseg_fail(xs, XSEG_ERR_INTERIOR_POINTER,
+                         "%s: %p points inside a live allocation, not at its start", what, ptr);
+    return xseg_fail(xs, XSEG_ERR_DOUBLE_FREE,
+                     "%s: %p is not a live allocation: already freed (double free)", what, ptr);
+}
+
+static void sizes_of(uintptr_t addr, uintptr_t tag, size_t *block, size_t *req)
+{
+    if (tag & 1) {
+        const xslab *sl = (const xslab *)(tag & ~(uintptr_t)1);
+        *block = sl->slot_size;
+        *req = xsmall_requested(sl, addr);
+    } else {
+        const xblock *b = (const xblock *)tag;
+        *block = b->size;
+        *req = b->requested;
+    }
+}
+
+xseg_status xseg_free(xseg_t *xs, void *ptr)
+{
+    CHECK_XS(xs);
+    if (!ptr)
+        return xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_free: pointer is NULL");
+    uintptr_t addr = (uintptr_t)ptr, tag = 0, u = 0;
+    xseg_status st = XSEG_OK;
+    pthread_mutex_lock(&xs->lock);
+    xs->free_calls++;
+    if (!xseg_ptrmap_del(&xs->live, addr, &tag)) {
+        st = bad_pointer(xs, ptr, "xseg_free");
+    } else {
+        size_t block, req;
+        sizes_of(addr, tag, &block, &req);
+        xcnt_sub(&xs->allocated, block);
+        xcnt_sub(&xs->requested, req);
+        xcnt_sub(&xs->active, 1);
+        if (xs->uses.count && xseg_ptrmap_del(&xs->uses, addr, &u) &&
+            xpending_add(xs, addr, tag, (xuses *)u) != XSEG_OK) {
+            for (uint32_t i = 0; i < ((xuses *)u)->n; i++) /* no memory: wait now */
+                xstream_done(xs, ((xuses *)u)->u[i].s, ((xuses *)u)->u[i].s->epoch, 1);
+            free((void *)u);
+            u = 0;
+        }
+        if (!u)
+            xseg_release_user(xs, addr, tag);
+    }
+    pthread_mutex_unlock(&xs->lock);
+    return st;
+}
+
+xseg_status xseg_record_stream(xseg_t *xs, void *ptr, void *stream)
+{
+    CHECK_XS(xs);
+    if (!ptr)
+        return xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_record_stream: pointer is NULL");
+    uintptr_t tag;
+    xseg_status st = XSEG_OK;
+    pthread_mutex_lock(&xs->lock);
+    if (!xseg_ptrmap_get(&xs->live, (uintptr_t)ptr, &tag)) {
+        st = bad_pointer(xs, ptr, "xseg_record_stream");
+    } else {
+        xstream *owner = (tag & 1) ? ((xslab *)(tag & ~(uintptr_t)1))->owner : ((xblock *)tag)->owner;
+        xstream *s = xstream_get(xs, stream);
+        if (!s)
+            st = xseg_fail(xs, XSEG_ERR_OOM, "xseg: no host memory for a stream");
+        else if (s != owner)
+            st = xuses_add(xs, (uintptr_t)ptr, s);
+    }
+    pthread_mutex_unlock(&xs->lock);
+    return st;
+}
+
+xseg_status xseg_block_size(xseg_t *xs, const void *ptr, size_t *rounded, size_t *requested)
+{
+    CHECK_XS(xs);
+    if (!ptr)
+        return xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_block_size: pointer is NULL");
+    uintptr_t tag;
+    xseg_status st = XSEG_OK;
+    pthread_mutex_lock(&xs->lock);
+    if (!xseg_ptrmap_get(&xs->live, (uintptr_t)ptr, &tag)) {
+        st = bad_pointer(xs, ptr, "xseg_block_size");
+    } else {
+        size_t b, r;
+        sizes_of((uintptr_t)ptr, tag, &b, &r);
+        if (rounded)
+            *rounded = b;
+        if (requested)
+            *requested = r;
+    }
+    pthread_mutex_unlock(&xs->lock);
+    return st;
+}
+
+/* ---- trim and stats ---- */
+
+xseg_status xseg_trim(xseg_t *xs, size_t keep, size_t *released)
+{
+    CHECK_XS(xs);
+    pthread_mutex_lock(&xs->lock);
+    uint64_t before = xs->released;
+    xs->trims++;
+    xpending_process(xs, 1);
+    xsmall_drop_empty(xs);
+    size_t cached = xs->mapped.cur > xs->allocated.cur ? xs->mapped.cur - xs->allocated.cur : 0;
+    if (cached > keep)
+        xseg_reclaim(xs, cached - keep, 1);
+    if (released)
+        *released = (size_t)(xs->released - before);
+    pthread_mutex_unlock(&xs->lock);
+    return XSEG_OK;
+}
+
+xseg_status xseg_get_stats(xseg_t *xs, xseg_stats *out)
+{
+    CHECK_XS(xs);
+    if (!out || out->size < 2 * sizeof(uint32_t))
+        return xseg_fail(xs, XSEG_ERR_INVALID_ARG,
+                         "xseg_get_stats: out is NULL or out->size (%u) is not set to "
+                         "sizeof(xseg_stats) (%zu)", out ? out->size : 0, sizeof(xseg_stats));
+    pthread_mutex_lock(&xs->lock);
+    xseg_fill_stats(xs, out);
+    pthread_mutex_unlock(&xs->lock);
+    return XSEG_OK;
+}
+
+xseg_status xseg_reset_peak(xseg_t *xs)
+{
+    CHECK_XS(xs);
+    pthread_mutex_lock(&xs->lock);
+    xcnt *all[] = {&xs->allocated, &xs->requested, &xs->active, &xs->mapped,
+                   &xs->handles, &xs->segments, &xs->va};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        all[i]->peak = all[i]->cur;
+    xs->cached_peak = xs->mapped.cur > xs->allocated.cur ? xs->mapped.cur - xs->allocated.cur : 0;
+    pthread_mutex_unlock(&xs->lock);
+    return XSEG_OK;
+}
+
+xseg_status xseg_stats_json(xseg_t *xs, char *buf, size_t cap, size_t *len)
+{
+    CHECK_XS(xs);
+    if (!buf && cap)
+        return xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_stats_json: buf is NULL");
+    xseg_stats st = {.size = sizeof st};
+    pthread_mutex_lock(&xs->lock);
+    xseg_fill_stats(xs, &st);
+    pthread_mutex_unlock(&xs->lock);
+    size_t n = xseg_render_json(&st, xs->drv->name, buf, cap);
+    if (len)
+        *len = n;
+    if (n + 1 > cap)
+        return xseg_fail(xs, XSEG_ERR_BUFFER_TOO_SMALL,
+                         "xseg_stats_json: %zu bytes needed, buffer has %zu", n + 1, cap);
+    return XSEG_OK;
+}
+
+/* ---- process-wide default allocators ---- */
+
+static _Atomic(xseg_t *) g_defaults[XSEG_MAX_DEVICES];
+static pthread_mutex_t g_default_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *g_default_conf;
+static int g_atexit_set;
+
+static void destroy_defaults(void)
+{
+    for (int d = 0; d < XSEG_MAX_DEVICES; d++) {
+        xseg_t *xs = atomic_exchange(&g_defaults[d], NULL);
+        /* The CUDA driver may already be shut down at exit: the process's
+         * device memory goes with it, so only host allocators are torn down. */
+        if (xs && xs->drv == &xseg_driver_host)
+            xseg_destroy(xs);
+    }
+    free(g_default_conf);
+    g_default_conf = NULL;
+}
+
+xseg_status xseg_default(int device, xseg_t **out)
+{
+    if (!out)
+        return xseg_fail(NULL, XSEG_ERR_INVALID_ARG, "xseg_default: out is NULL");
+    if (device < 0 || device >= XSEG_MAX_DEVICES)
+        return xseg_fail(NULL, XSEG_ERR_NO_DEVICE, "xseg_default: device %d out of range 0..%d",
+                         device, XSEG_MAX_DEVICES - 1);
+    xseg_t *xs = atomic_load_explicit(&g_defaults[device], memory_order_acquire);
+    xseg_status st = XSEG_OK;
+    if (!xs) {
+        pthread_mutex_lock(&g_default_lock);
+        xs = atomic_load(&g_defaults[device]);
+        if (!xs && (st = xseg_create(&xs, device, g_default_conf)) == XSEG_OK) {
+            atomic_store_explicit(&g_defaults[device], xs, memory_order_release);
+            if (!g_atexit_set)
+                g_atexit_set = atexit(destroy_defaults) == 0;
+        }
+        pthread_mutex_unlock(&g_default_lock);
+    }
+    *out = xs;
+    return st;
+}
+
+xseg_status xseg_set_default_conf(const char *conf)
+{
+    pthread_mutex_lock(&g_default_lock);
+    for (int d = 0; d < XSEG_MAX_DEVICES; d++)
+        if (atomic_load(&g_defaults[d])) {
+            pthread_mutex_unlock(&g_default_lock);
+            return xseg_fail(NULL, XSEG_ERR_INVALID_ARG,
+                             "xseg_set_default_conf: the default allocator of device %d already "
+                             "exists; set the conf before the first allocation", d);
+        }
+    xseg_conf probe;
+    char err[512] = "";
+    xseg_conf_defaults(&probe);
+    xseg_status st = conf ? xseg_conf_parse(&probe, conf, err, sizeof err) : XSEG_OK;
+    if (st == XSEG_OK) {
+        char *copy = conf ? strdup(conf) : NULL;
+        if (conf && !copy)
+            st = xseg_fail(NULL, XSEG_ERR_OOM, "xseg_set_default_conf: no host memory");
+        else {
+            free(g_default_conf);
+            g_default_conf = copy;
+        }
+    } else {
+        xseg_fail(NULL, st, "%s", err);
+    }
+    pthread_mutex_unlock(&g_default_lock);
+    return st;
+}

@@ -1,0 +1,262 @@
+/* arena.c: the expandable segment: one virtual reservation per allocator,
+ * with physical handles mapped into it on demand and released again when
+ * whole handles lie inside free space.  Tracks which pages are mapped
+ * (bitmap) and which handle backs each page. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "bitmap.h"
+#include "internal.h"
+
+static size_t pow2_floor(size_t x)
+{
+    return x ? (size_t)1 << (63 - __builtin_clzll((unsigned long long)x)) : 0;
+}
+
+xseg_status xarena_init(xseg_t *xs, size_t va_size)
+{
+    xarena *ar = &xs->arena;
+    size_t gran = 0;
+    int rc = xs->drv->granularity(xs->dctx, &gran);
+    if (rc != XDRV_SUCCESS || gran == 0)
+        return xseg_fail(xs, XSEG_ERR_DRIVER, "xseg: cannot read the allocation granularity (%s)",
+                         xs->drv->error_name(rc));
+    size_t page = xs->conf.page_size ? xs->conf.page_size : gran;
+    if (page % gran)
+        return xseg_fail(xs, XSEG_ERR_CONFIG,
+                         "xseg conf: page_size %zu is not a multiple of the driver's granularity %zu",
+                         page, gran);
+    ar->page = page;
+    ar->shift = (unsigned)__builtin_ctzll(page);
+    ar->size = (va_size + page - 1) / page * page;
+    ar->npages = ar->size / page;
+    if (ar->npages >= UINT32_MAX)
+        return xseg_fail(xs, XSEG_ERR_CONFIG, "xseg conf: va_size %zu is too large for page_size %zu",
+                         va_size, page);
+    ar->page_handle = calloc(ar->npages, sizeof(uint32_t));
+    ar->mapped_bits = calloc((ar->npages + 63) / 64, sizeof(uint64_t));
+    if (!ar->page_handle || !ar->mapped_bits)
+        return xseg_fail(xs, XSEG_ERR_OOM, "xseg: no host memory for the page table of %zu pages",
+                         ar->npages);
+    rc = xseg_drv_count(xs, XSEG_OP_RESERVE, xs->drv->reserve(xs->dctx, ar->size, &ar->base));
+    if (rc != XDRV_SUCCESS)
+        return xseg_fail(xs, rc == XDRV_OUT_OF_MEMORY ? XSEG_ERR_VA_EXHAUSTED : XSEG_ERR_DRIVER,
+                         "xseg: reserving %zu bytes of virtual address space failed (%s); "
+                         "lower va_size", ar->size, xs->drv->error_name(rc));
+    xcnt_add(&xs->va, ar->size);
+    xcnt_add(&xs->segments, 1);
+    return XSEG_OK;
+}
+
+static xhandle *handle_at(xarena *ar, size_t page)
+{
+    return &ar->handles[ar->page_handle[page]];
+}
+
+static uint32_t handle_slot(xarena *ar)
+{
+    if (ar->nfree_handles)
+        return ar->handle_free[--ar->nfree_handles];
+    if (ar->nhandles + 1 >= ar->handle_cap) {
+        uint32_t cap = ar->handle_cap ? ar->handle_cap * 2 : 256;
+        xhandle *h = realloc(ar->handles, cap * sizeof *h);
+        if (!h)
+            return 0;
+        ar->handles = h;
+        uint32_t *f = realloc(ar->handle_free, cap * sizeof *f);
+        if (!f)
+            return 0;
+        ar->handle_free = f;
+        ar->handle_cap = cap;
+    }
+    return ++ar->nhandles; /* index 0 means "unmapped" */
+}
+
+static void handle_slot_put(xarena *ar, uint32_t i)
+{
+    ar->handle_free[ar->nfree_handles++] = i;
+}
+
+/* Pages per handle for a run, from the configured or automatic policy:
+ * large requests get large handles (fast to map), small ones page-sized
+ * handles (fine-grained release); little memory left shrinks them. */
+static size_t handle_pages(const xseg_t *xs, size_t request, size_t remaining)
+{
+    const xarena *ar = &xs->arena;
+    size_t want;
+    if (xs->conf.handle_size) {
+        want = xs->conf.handle_size >> ar->shift;
+    } else {
+        want = request >= (64u << 20) ? pow2_floor(request) >> ar->shift : 1;
+        if (want > (xs->max_handle >> ar->shift))
+            want = xs->max_handle >> ar->shift;
+        size_t limit = xs->cap != SIZE_MAX ? xs->cap : xs->dev_total;
+        size_t left = limit > xs->mapped.cur ? limit - xs->mapped.cur : 0;
+        size_t lp = pow2_floor((left / 8) >> ar->shift);
+        if (want > lp)
+            want = lp;
+    }
+    if (want < 1)
+        want = 1;
+    size_t r = pow2_floor(remaining);
+    return want < r ? want : r;
+}
+
+static void unmap_release_run(xseg_t *xs, size_t p0, size_t p1, int *err);
+
+/* Map pages [p0, p1), all unmapped, then one set_access over the run. */
+static xseg_status map_run(xseg_t *xs, size_t p0, size_t p1, size_t request)
+{
+    xarena *ar = &xs->arena;
+    size_t p = p0;
+    int rc = XDRV_SUCCESS;
+    xseg_op failed = XSEG_OP_CREATE;
+    while (p < p1) {
+        size_t n = handle_pages(xs, request, p1 - p);
+        size_t bytes = n << ar->shift;
+        uint32_t slot = handle_slot(ar);
+        if (!slot) {
+            rc = XDRV_OUT_OF_MEMORY;
+            break;
+        }
+        uint64_t h = 0;
+        rc = xseg_drv_count(xs, XSEG_OP_CREATE, xs->drv->create(xs->dctx, bytes, &h));
+        if (rc != XDRV_SUCCESS) {
+            handle_slot_put(ar, slot);
+            break;
+        }
+        uintptr_t va = ar->base + (p << ar->shift);
+        rc = xseg_drv_count(xs, XSEG_OP_MAP, xs->drv->map(xs->dctx, va, bytes, h));
+        if (rc != XDRV_SUCCESS) {
+            failed = XSEG_OP_MAP;
+            xseg_drv_count(xs, XSEG_OP_RELEASE, xs->drv->release(xs->dctx, h));
+            handle_slot_put(ar, slot);
+            break;
+        }
+        ar->handles[slot] = (xhandle){h, (uint32_t)p, (uint32_t)n};
+        for (size_t i = p; i < p + n; i++)
+            ar->page_handle[i] = slot;
+        xbm_set(ar->mapped_bits, p, p + n, 1);
+        xcnt_add(&xs->mapped, bytes);
+        xcnt_add(&xs->handles, 1);
+        p += n;
+    }
+    if (rc == XDRV_SUCCESS && p > p0) {
+        uintptr_t va = ar->base + (p0 << ar->shift);
+        rc = xseg_drv_count(xs, XSEG_OP_SET_ACCESS,
+                            xs->drv->set_access(xs->dctx, va, (p1 - p0) << ar->shift));
+        failed = XSEG_OP_SET_ACCESS;
+    }
+    if (rc == XDRV_SUCCESS)
+        return XSEG_OK;
+    int err = 0;
+    unmap_release_run(xs, p0, p, &err); /* undo this run: nothing leaks */
+    char b1[32], b2[32];
+    return xseg_fail(xs, rc == XDRV_OUT_OF_MEMORY ? XSEG_ERR_OOM : XSEG_ERR_DRIVER,
+                     "xseg: %s failed (%s) mapping %s for a request of %zu bytes; mapped %s",
+                     xseg_op_name(failed), xs->drv->error_name(rc),
+                     xseg_fmt_size((p1 - p0) << ar->shift, b1, sizeof b1), request,
+                     xseg_fmt_size(xs->mapped.cur, b2, sizeof b2));
+}
+
+xseg_status xarena_ensure(xseg_t *xs, uintptr_t a, uintptr_t b, size_t request)
+{
+    xarena *ar = &xs->arena;
+    size_t p0 = (a - ar->base) >> ar->shift;
+    size_t p1 = ((b - 1 - ar->base) >> ar->shift) + 1;
+    size_t p = xbm_next(ar->mapped_bits, p0, p1, 0);
+    while (p < p1) {
+        size_t q = xbm_next(ar->mapped_bits, p, p1, 1);
+        xseg_status st = map_run(xs, p, q, request);
+        if (st != XSEG_OK)
+            return st;
+        p = xbm_next(ar->mapped_bits, q, p1, 0);
+    }
+    return XSEG_OK;
+}
+
+size_t xarena_unmapped_bytes(const xseg_t *xs, uintptr_t a, uintptr_t b)
+{
+    const xarena *ar = &xs->arena;
+    size_t p0 = (a - ar->base) >> ar->shift;
+    size_t p1 = ((b - 1 - ar->base) >> ar->shift) + 1;
+    return ((p1 - p0) - xbm_count(ar->mapped_bits, p0, p1)) << ar->shift;
+}
+
+/* Unmap the whole handles covering pages [p0, p1) in one call, release them. */
+static void unmap_release_run(xseg_t *xs, size_t p0, size_t p1, int *err)
+{
+    xarena *ar = &xs->arena;
+    if (p1 <= p0)
+        return;
+    uintptr_t va = ar->base + (p0 << ar->shift);
+    int rc = xseg_drv_count(xs, XSEG_OP_UNMAP, xs->drv->unmap(xs->dctx, va, (p1 - p0) << ar->shift));
+    if (rc != XDRV_SUCCESS) {
+        *err = rc;
+        return; /* still mapped: state stays consistent, retried later */
+    }
+    size_t p = p0;
+    while (p < p1) {
+        uint32_t slot = ar->page_handle[p];
+        xhandle h = ar->handles[slot];
+        size_t bytes = (size_t)h.npages << ar->shift;
+        rc = xseg_drv_count(xs, XSEG_OP_RELEASE, xs->drv->release(xs->dctx, h.drv));
+        if (rc != XDRV_SUCCESS)
+            *err = rc;
+        memset(&ar->page_handle[p], 0, h.npages * sizeof(uint32_t));
+        handle_slot_put(ar, slot);
+        xcnt_sub(&xs->mapped, bytes);
+        xcnt_sub(&xs->handles, 1);
+        xs->released += bytes;
+        p += h.npages;
+    }
+    xbm_set(ar->mapped_bits, p0, p1, 0);
+}
+
+size_t xarena_release_inside(xseg_t *xs, uintptr_t a, uintptr_t b, int *err)
+{
+    xarena *ar = &xs->arena;
+    size_t q0 = ((a - ar->base) + ar->page - 1) >> ar->shift;
+    size_t q1 = (b - ar->base) >> ar->shift;
+    size_t before = xs->mapped.cur, run0 = 0, run1 = 0;
+    size_t p = q0 < q1 ? xbm_next(ar->mapped_bits, q0, q1, 1) : q1;
+    while (p < q1) {
+        xhandle *h = handle_at(ar, p);
+        size_t end = (size_t)h->first_page + h->npages;
+        if (h->first_page >= q0 && end <= q1) {
+            if (run1 != h->first_page) {
+                unmap_release_run(xs, run0, run1, err);
+                run0 = h->first_page;
+            }
+            run1 = end;
+        }
+        p = end < q1 ? xbm_next(ar->mapped_bits, end, q1, 1) : q1;
+    }
+    unmap_release_run(xs, run0, run1, err);
+    return before - xs->mapped.cur;
+}
+
+void xarena_fini(xseg_t *xs, int call_driver)
+{
+    xarena *ar = &xs->arena;
+    if (call_driver && ar->base) {
+        int err = 0;
+        size_t p = xbm_next(ar->mapped_bits, 0, ar->npages, 1);
+        while (p < ar->npages) {
+            xhandle *h = handle_at(ar, p);
+            size_t end = (size_t)h->first_page + h->npages;
+            unmap_release_run(xs, h->first_page, end, &err);
+            p = xbm_next(ar->mapped_bits, end, ar->npages, 1);
+        }
+        xseg_drv_count(xs, XSEG_OP_ADDRESS_FREE, xs->drv->address_free(xs->dctx, ar->base, ar->size));
+    }
+    if (ar->base) {
+        xcnt_sub(&xs->va, ar->size);
+        xcnt_sub(&xs->segments, 1);
+    }
+    free(ar->page_handle);
+    free(ar->mapped_bits);
+    free(ar->handles);
+    free(ar->handle_free);
+    memset(ar, 0, sizeof *ar);
+}

@@ -1,0 +1,51 @@
+/* conf.h: the configuration: defaults and the "key:value,..." parser
+ * (XSEG_CONF).  Every key is documented in docs/config.md. */
+#ifndef XSEG_CONF_H
+#define XSEG_CONF_H
+
+#include <stddef.h>
+#include "xseg.h"
+
+typedef enum xseg_backend_kind {
+    XSEG_BACKEND_AUTO = 0,
+    XSEG_BACKEND_CUDA,
+    XSEG_BACKEND_HOST
+} xseg_backend_kind;
+
+#define XSEG_SIZE_AUTO ((size_t)0)
+#define XSEG_SIZE_UNLIMITED ((size_t)-1)
+
+typedef struct xseg_conf {
+    xseg_backend_kind backend;   /* backend: auto|cuda|host (auto) */
+    size_t page_size;            /* page_size: 0 = driver granularity */
+    size_t handle_size;          /* handle_size: 0 = auto heuristic */
+    size_t va_size;              /* va_size: 0 = auto (4 x device memory) */
+    size_t max_mapped;           /* max_mapped: 0 = no cap */
+    double memory_fraction;      /* memory_fraction: 0 = no cap, (0,1] */
+    double gc_threshold;         /* gc_threshold: 0 = off, (0,1) of the cap */
+    size_t release_threshold;    /* release_threshold: XSEG_SIZE_AUTO = peak-live policy,
+                                    XSEG_SIZE_UNLIMITED = never release */
+    unsigned alloc_retries;      /* alloc_retries: attempts before OOM (>=1), default 3 */
+    size_t max_split_size;       /* max_split_size: XSEG_SIZE_UNLIMITED = no limit */
+    unsigned roundup_power2_divisions; /* 0 = off; else 1..64, power of two */
+    int caching;                 /* caching: 1 (on) / 0 (off) */
+    size_t host_capacity;        /* host_capacity: simulated memory, default 64GB */
+    size_t small_size;           /* small_size: largest request served from size classes */
+    int verbose;                 /* verbose: 1 prints errors to stderr */
+    int stats_shm;               /* stats_shm: publish live stats in /dev/shm */
+    unsigned history;            /* history: ring buffer of last N events, 0 = off */
+} xseg_conf;
+
+/* Fill the defaults. */
+void xseg_conf_defaults(xseg_conf *c);
+
+/* Parse "key:value,key:value" on top of *c.  NULL or "" is valid (no
+ * change).  On error returns XSEG_ERR_CONFIG, writes a message naming the key
+ * and the value into err, and leaves *c unchanged. */
+xseg_status xseg_conf_parse(xseg_conf *c, const char *text, char *err, size_t errlen);
+
+/* Parse a size with optional binary unit: 512, 512B, 512KB, 2MB, 40GB, 1TB
+ * (also KiB/MiB/GiB/TiB, K/M/G/T; case-insensitive).  0 on success. */
+int xseg_parse_size(const char *text, size_t len, size_t *out);
+
+#endif

@@ -1,0 +1,82 @@
+/* driver.h: the driver contract: the only way the allocator reaches memory.
+ *
+ * Two implementations: driver_cuda.c (CUDA driver API loaded at run time)
+ * and driver_host.c (Linux virtual memory, memfd + mmap, simulated capacity).
+ * Tests wrap a table to inject faults (tests/fault_driver.c).
+ *
+ * Preconditions, stated once for every operation:
+ *  - `ctx` is the value init() produced and fini() has not been called.
+ *  - Sizes and addresses given to reserve/create/map/unmap/set_access are
+ *    multiples of the granularity that granularity() reports.
+ *  - map() maps a whole handle at offset 0 into reserved, currently unmapped
+ *    space; unmap() covers exactly one or more whole earlier maps.
+ *  - set_access() covers a fully mapped range; until it is called a fresh
+ *    mapping is inaccessible (host: PROT_NONE).
+ *  - release() may be called while the handle is still mapped is NOT used by
+ *    xseg: it always unmaps first, then releases.  Free order: unmap,
+ *    release, address_free.
+ *  - Events: event_query returns XDRV_SUCCESS when complete, XDRV_NOT_READY
+ *    while pending; event_sync waits.  An event may be recorded many times.
+ *  - Every operation returns an XDRV_* code (CUresult values) and has no
+ *    effect when it fails.  None may abort or print.
+ *  - Calls on one ctx are serialised by the caller (the allocator's lock),
+ *    except granularity() and mem_info(), which may be called at any time.
+ */
+#ifndef XSEG_DRIVER_H
+#define XSEG_DRIVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* CUresult-compatible codes (same numbers as cuda.h). */
+enum {
+    XDRV_SUCCESS = 0,
+    XDRV_INVALID_VALUE = 1,
+    XDRV_OUT_OF_MEMORY = 2,
+    XDRV_NOT_INITIALIZED = 3,
+    XDRV_NO_DEVICE = 100,
+    XDRV_INVALID_DEVICE = 101,
+    XDRV_INVALID_HANDLE = 400,
+    XDRV_NOT_READY = 600,
+    XDRV_ILLEGAL_ADDRESS = 700,
+    XDRV_NOT_PERMITTED = 800,
+    XDRV_NOT_SUPPORTED = 801,
+    XDRV_UNKNOWN = 999
+};
+
+typedef struct xseg_driver {
+    const char *name;
+    /* Open `device`.  capacity: host backend's simulated memory (ignored
+     * by cuda).  On failure writes a message into err. */
+    int (*init)(void **ctx, int device, size_t capacity, char *err, size_t errlen);
+    void (*fini)(void *ctx);
+    int (*granularity)(void *ctx, size_t *bytes);
+    int (*mem_info)(void *ctx, size_t *free_bytes, size_t *total_bytes);
+    int (*reserve)(void *ctx, size_t size, uintptr_t *va);
+    int (*address_free)(void *ctx, uintptr_t va, size_t size);
+    int (*create)(void *ctx, size_t size, uint64_t *handle);
+    int (*release)(void *ctx, uint64_t handle);
+    int (*map)(void *ctx, uintptr_t va, size_t size, uint64_t handle);
+    int (*unmap)(void *ctx, uintptr_t va, size_t size);
+    int (*set_access)(void *ctx, uintptr_t va, size_t size);
+    int (*event_create)(void *ctx, void **event);
+    int (*event_record)(void *ctx, void *event, void *stream);
+    int (*event_query)(void *ctx, void *event);
+    int (*event_sync)(void *ctx, void *event);
+    int (*event_destroy)(void *ctx, void *event);
+    int (*stream_sync)(void *ctx, void *stream);
+    /* Short name of a code, e.g. "CUDA_ERROR_OUT_OF_MEMORY". */
+    const char *(*error_name)(int code);
+} xseg_driver;
+
+extern const xseg_driver xseg_driver_host;
+/* NULL when the library was built without the CUDA toolkit. */
+extern const xseg_driver *const xseg_driver_cuda_ptr;
+
+/* True when libcuda.so.1 loads and reports at least one device. */
+int xseg_cuda_available(void);
+
+/* Name of an XDRV code independent of the backend. */
+const char *xseg_drv_code_name(int code);
+
+#endif /* XSEG_DRIVER_H */

@@ -1,0 +1,908 @@
+/* driver_host.c: the "host" driver backend: CUDA virtual-memory semantics
+ * on Linux virtual memory, so the allocator runs and is tested without a GPU.
+ *
+ *  - Reservations: PROT_NONE, MAP_NORESERVE anonymous ranges, 2 MiB aligned.
+ *  - Physical handles: ranges of ONE sparse memfd per context.  Each handle
+ *    owns a slot (offset, size) in a table; a released slot keeps its range
+ *    and is recycled by the next create of the same size (free lists keyed by
+ *    size), so the file never fragments and ids stay O(1) to check.  Release
+ *    punches the range's hole, so the memory really goes back.  Capacity is
+ *    simulated: the bytes of live handles may not exceed it.
+ *  - Maps: MAP_SHARED|MAP_FIXED views of the memfd, PROT_NONE until
+ *    set_access.  Unmap puts the PROT_NONE reservation back.  A hash keyed by
+ *    granule index (va >> 21) finds the mapping of any address in O(1).
+ *  - Events complete at once unless their stream is held (test control);
+ *    held streams count records (seq) and completions (done).
+ * Every public operation takes the context's mutex; the process-wide
+ * counters (xseg_host_counts_global) have their own.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "driver.h"
+#include "driver_host.h"
+
+#define HOST_SHIFT 21
+#define HOST_GRAN ((size_t)1 << HOST_SHIFT) /* 2 MiB, as on the H200 */
+#define NO_SLOT UINT32_MAX
+#define EV_MAGIC 0x78657631u
+#define PV_START ((uint64_t)1)  /* granule value: first granule of a map */
+#define PV_ACCESS ((uint64_t)2) /* granule value: set_access done */
+#define FILE_MAX ((uint64_t)INT64_MAX)
+
+/* ---- uint64 -> uint64 hash map: open addressing, linear probing ------- */
+
+typedef struct u64map {
+    uint64_t *keys; /* 0 = empty; key 0 itself lives in zero_val */
+    uint64_t *vals;
+    size_t cap, n;  /* cap: power of two or 0 */
+    int has_zero;
+    uint64_t zero_val;
+} u64map;
+
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+/* Index of key k, or of the empty cell where it would go (cap > 0). */
+static size_t map_cell(const u64map *m, uint64_t k)
+{
+    size_t mask = m->cap - 1, i = (size_t)mix64(k) & mask;
+    while (m->keys[i] != 0 && m->keys[i] != k)
+        i = (i + 1) & mask;
+    return i;
+}
+
+static int map_get(const u64map *m, uint64_t k, uint64_t *v)
+{
+    if (k == 0) {
+        if (m->has_zero && v)
+            *v = m->zero_val;
+        return m->has_zero;
+    }
+    if (m->cap == 0)
+        return 0;
+    size_t i = map_cell(m, k);
+    if (m->keys[i] == 0)
+        return 0;
+    if (v)
+        *v = m->vals[i];
+    return 1;
+}
+
+static int map_rehash(u64map *m, size_t cap)
+{
+    u64map nm = {calloc(cap, sizeof(uint64_t)), malloc(cap * sizeof(uint64_t)),
+                 cap, m->n, m->has_zero, m->zero_val};
+    if (!nm.keys || !nm.vals) {
+        free(nm.keys);
+        free(nm.vals);
+        return -1;
+    }
+    for (size_t i = 0; i < m->cap; i++) {
+        if (m->keys[i] == 0)
+            continue;
+        size_t j = map_cell(&nm, m->keys[i]);
+        nm.keys[j] = m->keys[i];
+        nm.vals[j] = m->vals[i];
+    }
+    free(m->keys);
+    free(m->vals);
+    *m = nm;
+    return 0;
+}
+
+/* Make room for `extra` new keys, so the next map_put calls cannot fail. */
+static int map_reserve(u64map *m, size_t extra)
+{
+    size_t need = m->n + extra;
+    if (need > SIZE_MAX / 4 / sizeof(uint64_t))
+        return -1;
+    if (need * 2 <= m->cap)
+        return 0;
+    size_t cap = m->cap ? m->cap : 16;
+    while (cap < need * 2)
+        cap *= 2;
+    return map_rehash(m, cap);
+}
+
+/* Insert or overwrite; a new key needs room reserved first. */
+static void map_put(u64map *m, uint64_t k, uint64_t v)
+{
+    if (k == 0) {
+        m->has_zero = 1;
+        m->zero_val = v;
+        return;
+    }
+    size_t i = map_cell(m, k);
+    if (m->keys[i] == 0) {
+        m->keys[i] = k;
+        m->n++;
+    }
+    m->vals[i] = v;
+}
+
+/* h in the cyclic interval (i, j]? */
+static int cyc_between(size_t i, size_t h, size_t j)
+{
+    return i <= j ? (i < h && h <= j) : (i < h || h <= j);
+}
+
+/* Delete with backward shift: no tombstones, probes stay short. */
+static void map_del(u64map *m, uint64_t k)
+{
+    if (k == 0) {
+        m->has_zero = 0;
+        return;
+    }
+    if (m->cap == 0)
+        return;
+    size_t mask = m->cap - 1, i = map_cell(m, k), j = i;
+    if (m->keys[i] == 0)
+        return;
+    m->n--;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (m->keys[j] == 0)
+            break;
+        if (cyc_between(i, (size_t)mix64(m->keys[j]) & mask, j))
+            continue;
+        m->keys[i] = m->keys[j];
+        m->vals[i] = m->vals[j];
+        i = j;
+    }
+    m->keys[i] = 0;
+}
+
+static void map_free(u64map *m)
+{
+    free(m->keys);
+    free(m->vals);
+    memset(m, 0, sizeof(*m));
+}
+
+/* ---- context ------------------------------------------------------------ */
+
+enum { SLOT_LIVE = 1, SLOT_ZOMBIE, SLOT_FREE };
+
+/* A physical handle: a range of the memfd.  ZOMBIE: released while still
+ * mapped (the memory lives until its last unmap).  FREE: range recyclable. */
+typedef struct hslot {
+    uint64_t off, size;
+    uint32_t gen;  /* bumped at release: stale ids fail */
+    uint32_t maps; /* live maps of this handle */
+    uint32_t next; /* next FREE slot of the same size */
+    uint8_t state;
+} hslot;
+
+typedef struct hres {
+    uintptr_t va;
+    size_t size;
+    size_t mapped; /* bytes mapped inside: address_free refuses while > 0 */
+} hres;
+
+typedef struct hstream {
+    uint64_t seq;  /* events recorded while held */
+    uint64_t done; /* events of seq <= done are complete */
+    int held;
+} hstream;
+
+struct host_ctx;
+typedef struct hevent {
+    uint32_t magic;
+    struct host_ctx *ctx;
+    struct hevent *prev, *next; /* live events, freed by fini */
+    void *stream;
+    uint64_t seq;
+    int pending;
+} hevent;
+
+enum { C_RES, C_RES_BYTES, C_HANDLES, C_HANDLE_BYTES, C_MAPS, C_MAP_BYTES,
+       C_EVENTS, C_N };
+
+typedef struct host_ctx {
+    pthread_mutex_t lock;
+    size_t capacity;
+    int memfd;
+    uint64_t file_size, bump; /* memfd length; end of ranges ever handed out */
+    hslot *slots;
+    uint32_t nslots;
+    size_t slots_cap;
+    u64map free_by_size; /* size >> 21 -> first FREE slot of that size */
+    u64map pages;        /* va >> 21 -> slot << 2 | PV_START | PV_ACCESS */
+    hres *res;           /* sorted by va */
+    size_t nres, res_cap;
+    u64map stream_idx;   /* stream token -> index in streams */
+    hstream *streams;
+    size_t nstreams, streams_cap;
+    hevent *events;
+    size_t cnt[C_N];
+    uint64_t syncs;
+} host_ctx;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static size_t g_cnt[C_N];
+
+static void cnt_add(host_ctx *c, int i, size_t d)
+{
+    c->cnt[i] += d;
+    pthread_mutex_lock(&g_lock);
+    g_cnt[i] += d;
+    pthread_mutex_unlock(&g_lock);
+}
+
+static void cnt_sub(host_ctx *c, int i, size_t d)
+{
+    c->cnt[i] -= d;
+    pthread_mutex_lock(&g_lock);
+    g_cnt[i] -= d;
+    pthread_mutex_unlock(&g_lock);
+}
+
+static int aligned(uintptr_t va, size_t size)
+{
+    return size != 0 && va % HOST_GRAN == 0 && size % HOST_GRAN == 0 &&
+           va + size > va;
+}
+
+/* Grow an array of `*cap` elements of `elem` bytes to hold `need`. */
+static int grow(void **arr, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap * 2 : 16;
+    while (n < need)
+        n *= 2;
+    if (n > SIZE_MAX / elem)
+        return -1;
+    void *p = realloc(*arr, n * elem);
+    if (!p)
+        return -1;
+    *arr = p;
+    *cap = n;
+    return 0;
+}
+
+/* ---- reservations (sorted array, binary search; reserve is rare) ------ */
+
+/* Number of reservations with va <= x. */
+static size_t res_upper(const host_ctx *c, uintptr_t x)
+{
+    size_t lo = 0, hi = c->nres;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (c->res[mid].va <= x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The reservation holding [va, va + size), or NULL. */
+static hres *res_holding(host_ctx *c, uintptr_t va, size_t size)
+{
+    size_t i = res_upper(c, va);
+    if (i == 0)
+        return NULL;
+    hres *r = &c->res[i - 1];
+    return va + size <= r->va + r->size ? r : NULL;
+}
+
+/* mmap a PROT_NONE range of `size` aligned to the granularity. */
+static void *reserve_aligned(size_t size)
+{
+    size_t len = size + HOST_GRAN;
+    char *p = mmap(NULL, len, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    uintptr_t a = ((uintptr_t)p + HOST_GRAN - 1) & ~(uintptr_t)(HOST_GRAN - 1);
+    size_t head = a - (uintptr_t)p;
+    if (head)
+        munmap(p, head);
+    if (len - head - size)
+        munmap((char *)a + size, len - head - size);
+    return (void *)a;
+}
+
+static int reserve_locked(host_ctx *c, size_t size, uintptr_t *va)
+{
+    if (!va || !aligned(0, size) || size > SIZE_MAX - HOST_GRAN)
+        return XDRV_INVALID_VALUE;
+    if (grow((void **)&c->res, &c->res_cap, c->nres + 1, sizeof(hres)))
+        return XDRV_OUT_OF_MEMORY;
+    void *p = reserve_aligned(size);
+    if (!p)
+        return XDRV_OUT_OF_MEMORY;
+    size_t i = res_upper(c, (uintptr_t)p);
+    memmove(&c->res[i + 1], &c->res[i], (c->nres - i) * sizeof(hres));
+    c->res[i] = (hres){(uintptr_t)p, size, 0};
+    c->nres++;
+    cnt_add(c, C_RES, 1);
+    cnt_add(c, C_RES_BYTES, size);
+    *va = (uintptr_t)p;
+    return XDRV_SUCCESS;
+}
+
+static int address_free_locked(host_ctx *c, uintptr_t va, size_t size)
+{
+    size_t i = res_upper(c, va);
+    if (i == 0 || c->res[i - 1].va != va || c->res[i - 1].size != size)
+        return XDRV_INVALID_VALUE;
+    if (c->res[i - 1].mapped)
+        return XDRV_INVALID_VALUE; /* CUDA: unmap first */
+    if (munmap((void *)va, size))
+        return XDRV_UNKNOWN;
+    i--;
+    memmove(&c->res[i], &c->res[i + 1], (c->nres - i - 1) * sizeof(hres));
+    c->nres--;
+    cnt_sub(c, C_RES, 1);
+    cnt_sub(c, C_RES_BYTES, size);
+    return XDRV_SUCCESS;
+}
+
+/* ---- physical handles --------------------------------------------------- */
+
+static uint64_t slot_id(const host_ctx *c, uint32_t idx)
+{
+    return (uint64_t)c->slots[idx].gen << 32 | ((uint64_t)idx + 1);
+}
+
+/* Index of the LIVE slot behind a handle id, or NO_SLOT. */
+static uint32_t slot_of(const host_ctx *c, uint64_t h)
+{
+    uint64_t lo = h & 0xffffffffu;
+    if (lo == 0 || lo > c->nslots)
+        return NO_SLOT;
+    const hslot *s = &c->slots[lo - 1];
+    if (s->state != SLOT_LIVE || s->gen != (uint32_t)(h >> 32))
+        return NO_SLOT;
+    return (uint32_t)(lo - 1);
+}
+
+/* Pop a FREE slot of exactly `size` bytes, or NO_SLOT. */
+static uint32_t slot_take_free(host_ctx *c, size_t size)
+{
+    uint64_t head;
+    if (!map_get(&c->free_by_size, size >> HOST_SHIFT, &head))
+        return NO_SLOT;
+    uint32_t idx = (uint32_t)head, next = c->slots[idx].next;
+    if (next == NO_SLOT)
+        map_del(&c->free_by_size, size >> HOST_SHIFT);
+    else
+        map_put(&c->free_by_size, size >> HOST_SHIFT, next);
+    return idx;
+}
+
+/* Make the memfd at least `end` bytes long (sparse). */
+static int file_cover(host_ctx *c, uint64_t end)
+{
+    if (end <= c->file_size)
+        return 0;
+    uint64_t n = c->file_size > FILE_MAX / 2 ? FILE_MAX : c->file_size * 2;
+    if (n < end)
+        n = end;
+    if (ftruncate(c->memfd, (off_t)n))
+        return -1;
+    c->file_size = n;
+    return 0;
+}
+
+/* A new slot with a fresh range at the end of the memfd, or NO_SLOT. */
+static uint32_t slot_new(host_ctx *c, size_t size)
+{
+    if (c->nslots >= NO_SLOT - 1 || c->bump > FILE_MAX - size)
+        return NO_SLOT;
+    if (grow((void **)&c->slots, &c->slots_cap, (size_t)c->nslots + 1,
+             sizeof(hslot)))
+        return NO_SLOT;
+    if (file_cover(c, c->bump + size))
+        return NO_SLOT;
+    c->slots[c->nslots] = (hslot){c->bump, size, 1, 0, NO_SLOT, SLOT_FREE};
+    c->bump += size;
+    return c->nslots++;
+}
+
+static int create_locked(host_ctx *c, size_t size, uint64_t *handle)
+{
+    if (!handle || !aligned(0, size))
+        return XDRV_INVALID_VALUE;
+    if (size > c->capacity - c->cnt[C_HANDLE_BYTES])
+        return XDRV_OUT_OF_MEMORY;
+    uint32_t idx = slot_take_free(c, size);
+    if (idx == NO_SLOT)
+        idx = slot_new(c, size);
+    if (idx == NO_SLOT)
+        return XDRV_OUT_OF_MEMORY;
+    c->slots[idx].state = SLOT_LIVE;
+    c->slots[idx].maps = 0;
+    cnt_add(c, C_HANDLES, 1);
+    cnt_add(c, C_HANDLE_BYTES, size);
+    *handle = slot_id(c, idx);
+    return XDRV_SUCCESS;
+}
+
+static int punch(host_ctx *c, const hslot *s)
+{
+    return fallocate(c->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                     (off_t)s->off, (off_t)s->size);
+}
+
+/* The memory of slot idx is gone: recycle its range (room in
+ * free_by_size reserved by the caller). */
+static void slot_retire(host_ctx *c, uint32_t idx)
+{
+    hslot *s = &c->slots[idx];
+    uint64_t head;
+    s->gen++;
+    s->state = SLOT_FREE;
+    s->next = map_get(&c->free_by_size, s->size >> HOST_SHIFT, &head)
+                  ? (uint32_t)head : NO_SLOT;
+    map_put(&c->free_by_size, s->size >> HOST_SHIFT, idx);
+    cnt_sub(c, C_HANDLES, 1);
+    cnt_sub(c, C_HANDLE_BYTES, s->size);
+}
+
+static int release_locked(host_ctx *c, uint64_t handle)
+{
+    uint32_t idx = slot_of(c, handle);
+    if (idx == NO_SLOT)
+        return XDRV_INVALID_HANDLE;
+    hslot *s = &c->slots[idx];
+    if (s->maps) { /* as CUDA: the memory lives until its last unmap */
+        s->state = SLOT_ZOMBIE;
+        s->gen++;
+        return XDRV_SUCCESS;
+    }
+    if (map_reserve(&c->free_by_size, 1))
+        return XDRV_OUT_OF_MEMORY;
+    if (punch(c, s))
+        return XDRV_UNKNOWN;
+    slot_retire(c, idx);
+    return XDRV_SUCCESS;
+}
+
+/* ---- maps ---------------------------------------------------------------- */
+
+static int range_any_mapped(const host_ctx *c, uintptr_t va, size_t size)
+{
+    for (uintptr_t p = va; p < va + size; p += HOST_GRAN)
+        if (map_get(&c->pages, p >> HOST_SHIFT, NULL))
+            return 1;
+    return 0;
+}
+
+static int range_all_mapped(const host_ctx *c, uintptr_t va, size_t size)
+{
+    for (uintptr_t p = va; p < va + size; p += HOST_GRAN)
+        if (!map_get(&c->pages, p >> HOST_SHIFT, NULL))
+            return 0;
+    return 1;
+}
+
+/* Put the PROT_NONE reservation back over [va, va + size). */
+static int restore_reserved(uintptr_t va, size_t size)
+{
+    void *p = mmap((void *)va, size, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    return p == MAP_FAILED ? -1 : 0;
+}
+
+static int map_locked(host_ctx *c, uintptr_t va, size_t size, uint64_t handle)
+{
+    if (!aligned(va, size))
+        return XDRV_INVALID_VALUE;
+    uint32_t idx = slot_of(c, handle);
+    if (idx == NO_SLOT)
+        return XDRV_INVALID_HANDLE;
+    hslot *s = &c->slots[idx];
+    hres *r = res_holding(c, va, size);
+    if (s->size != size || !r || range_any_mapped(c, va, size))
+        return XDRV_INVALID_VALUE;
+    if (map_reserve(&c->pages, size >> HOST_SHIFT))
+        return XDRV_OUT_OF_MEMORY;
+    void *p = mmap((void *)va, size, PROT_NONE, MAP_SHARED | MAP_FIXED,
+                   c->memfd, (off_t)s->off);
+    if (p == MAP_FAILED) {
+        restore_reserved(va, size);
+        return XDRV_OUT_OF_MEMORY;
+    }
+    for (uintptr_t q = va; q < va + size; q += HOST_GRAN)
+        map_put(&c->pages, q >> HOST_SHIFT,
+                (uint64_t)idx << 2 | (q == va ? PV_START : 0));
+    s->maps++;
+    r->mapped += size;
+    cnt_add(c, C_MAPS, 1);
+    cnt_add(c, C_MAP_BYTES, size);
+    return XDRV_SUCCESS;
+}
+
+/* Do whole maps tile [va, va + size) exactly?  *n receives their count. */
+static int maps_tile(const host_ctx *c, uintptr_t va, size_t size, size_t *n)
+{
+    uintptr_t p = va;
+    uint64_t v;
+    *n = 0;
+    while (p < va + size) {
+        if (!map_get(&c->pages, p >> HOST_SHIFT, &v) || !(v & PV_START))
+            return 0;
+        p += c->slots[v >> 2].size;
+        ++*n;
+    }
+    return p == va + size;
+}
+
+/* Forget the map starting at va (already unmapped); returns its size. */
+static size_t map_forget(host_ctx *c, uintptr_t va)
+{
+    uint64_t v;
+    map_get(&c->pages, va >> HOST_SHIFT, &v);
+    uint32_t idx = (uint32_t)(v >> 2);
+    hslot *s = &c->slots[idx];
+    size_t size = s->size;
+    for (uintptr_t q = va; q < va + size; q += HOST_GRAN)
+        map_del(&c->pages, q >> HOST_SHIFT);
+    res_holding(c, va, size)->mapped -= size;
+    cnt_sub(c, C_MAPS, 1);
+    cnt_sub(c, C_MAP_BYTES, size);
+    if (--s->maps == 0 && s->state == SLOT_ZOMBIE) {
+        punch(c, s); /* best effort: the unmap already happened */
+        slot_retire(c, idx);
+    }
+    return size;
+}
+
+static int unmap_locked(host_ctx *c, uintptr_t va, size_t size)
+{
+    size_t n;
+    if (!aligned(va, size) || !maps_tile(c, va, size, &n))
+        return XDRV_INVALID_VALUE;
+    if (map_reserve(&c->free_by_size, n))
+        return XDRV_OUT_OF_MEMORY;
+    if (restore_reserved(va, size))
+        return XDRV_OUT_OF_MEMORY;
+    for (uintptr_t p = va; p < va + size;)
+        p += map_forget(c, p);
+    return XDRV_SUCCESS;
+}
+
+static int set_access_locked(host_ctx *c, uintptr_t va, size_t size)
+{
+    if (!aligned(va, size) || !range_all_mapped(c, va, size))
+        return XDRV_INVALID_VALUE;
+    if (mprotect((void *)va, size, PROT_READ | PROT_WRITE))
+        return XDRV_OUT_OF_MEMORY;
+    for (uintptr_t p = va; p < va + size; p += HOST_GRAN) {
+        uint64_t v;
+        map_get(&c->pages, p >> HOST_SHIFT, &v);
+        map_put(&c->pages, p >> HOST_SHIFT, v | PV_ACCESS);
+    }
+    return XDRV_SUCCESS;
+}
+
+/* ---- streams and events --------------------------------------------------- */
+
+/* The hold record of a stream; created on demand when `make`. */
+static hstream *stream_get(host_ctx *c, void *stream, int make)
+{
+    uint64_t i;
+    if (map_get(&c->stream_idx, (uintptr_t)stream, &i))
+        return &c->streams[i];
+    if (!make || map_reserve(&c->stream_idx, 1) ||
+        grow((void **)&c->streams, &c->streams_cap, c->nstreams + 1,
+             sizeof(hstream)))
+        return NULL;
+    map_put(&c->stream_idx, (uintptr_t)stream, c->nstreams);
+    c->streams[c->nstreams] = (hstream){0, 0, 0};
+    return &c->streams[c->nstreams++];
+}
+
+static int ev_valid(const host_ctx *c, const hevent *e)
+{
+    return e && e->magic == EV_MAGIC && e->ctx == c;
+}
+
+/* Is the event complete?  Clears `pending` once it is. */
+static int ev_done(host_ctx *c, hevent *e)
+{
+    if (!e->pending)
+        return 1;
+    hstream *st = stream_get(c, e->stream, 0);
+    if (st && st->done < e->seq)
+        return 0;
+    e->pending = 0;
+    return 1;
+}
+
+static int event_create_locked(host_ctx *c, void **event)
+{
+    if (!event)
+        return XDRV_INVALID_VALUE;
+    hevent *e = calloc(1, sizeof(*e));
+    if (!e)
+        return XDRV_OUT_OF_MEMORY;
+    e->magic = EV_MAGIC;
+    e->ctx = c;
+    e->next = c->events;
+    if (c->events)
+        c->events->prev = e;
+    c->events = e;
+    cnt_add(c, C_EVENTS, 1);
+    *event = e;
+    return XDRV_SUCCESS;
+}
+
+static int event_record_locked(host_ctx *c, hevent *e, void *stream)
+{
+    if (!ev_valid(c, e))
+        return XDRV_INVALID_HANDLE;
+    hstream *st = stream_get(c, stream, 0);
+    e->stream = stream;
+    e->pending = st && st->held;
+    e->seq = e->pending ? ++st->seq : 0;
+    return XDRV_SUCCESS;
+}
+
+static int event_query_locked(host_ctx *c, hevent *e)
+{
+    if (!ev_valid(c, e))
+        return XDRV_INVALID_HANDLE;
+    return ev_done(c, e) ? XDRV_SUCCESS : XDRV_NOT_READY;
+}
+
+static int event_sync_locked(host_ctx *c, hevent *e)
+{
+    if (!ev_valid(c, e))
+        return XDRV_INVALID_HANDLE;
+    if (!ev_done(c, e)) { /* the GPU finishes the stream up to e */
+        stream_get(c, e->stream, 0)->done = e->seq;
+        e->pending = 0;
+    }
+    c->syncs++;
+    return XDRV_SUCCESS;
+}
+
+static void event_unlink(host_ctx *c, hevent *e)
+{
+    if (e->prev)
+        e->prev->next = e->next;
+    else
+        c->events = e->next;
+    if (e->next)
+        e->next->prev = e->prev;
+    e->magic = 0;
+    free(e);
+    cnt_sub(c, C_EVENTS, 1);
+}
+
+static int event_destroy_locked(host_ctx *c, hevent *e)
+{
+    if (!ev_valid(c, e))
+        return XDRV_INVALID_HANDLE;
+    event_unlink(c, e);
+    return XDRV_SUCCESS;
+}
+
+static int stream_sync_locked(host_ctx *c, void *stream)
+{
+    hstream *st = stream_get(c, stream, 0);
+    if (st)
+        st->done = st->seq;
+    c->syncs++;
+    return XDRV_SUCCESS;
+}
+
+/* ---- init / fini ------------------------------------------------------------ */
+
+static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+static int h_init(void **ctx, int device, size_t capacity, char *err,
+                  size_t errlen)
+{
+    if (!ctx)
+        return fail(err, errlen, XDRV_INVALID_VALUE, "host backend: ctx is NULL");
+    if (device != 0)
+        return fail(err, errlen, XDRV_INVALID_DEVICE,
+                    "host backend: device %d does not exist (only device 0)", device);
+    if (capacity == 0)
+        return fail(err, errlen, XDRV_INVALID_VALUE, "host backend: capacity is 0");
+    host_ctx *c = calloc(1, sizeof(*c));
+    if (!c)
+        return fail(err, errlen, XDRV_OUT_OF_MEMORY, "host backend: out of host memory");
+    c->capacity = capacity;
+    c->memfd = memfd_create("xseg-host", MFD_CLOEXEC);
+    if (c->memfd < 0 || file_cover(c, capacity)) {
+        int e = errno;
+        if (c->memfd >= 0)
+            close(c->memfd);
+        free(c);
+        return fail(err, errlen, XDRV_UNKNOWN,
+                    "host backend: memfd of %zu bytes: %s", capacity, strerror(e));
+    }
+    pthread_mutex_init(&c->lock, NULL);
+    *ctx = c;
+    return XDRV_SUCCESS;
+}
+
+static void h_fini(void *ctx)
+{
+    host_ctx *c = ctx;
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->lock);
+    for (size_t i = 0; i < c->nres; i++) /* drops the maps inside too */
+        munmap((void *)c->res[i].va, c->res[i].size);
+    while (c->events)
+        event_unlink(c, c->events);
+    close(c->memfd);
+    for (int i = 0; i < C_N; i++)
+        cnt_sub(c, i, c->cnt[i]);
+    pthread_mutex_unlock(&c->lock);
+    map_free(&c->free_by_size);
+    map_free(&c->pages);
+    map_free(&c->stream_idx);
+    free(c->slots);
+    free(c->res);
+    free(c->streams);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+/* ---- the table: lock, run, unlock ------------------------------------------ */
+
+#define LOCKED(c, expr)                          \
+    do {                                         \
+        host_ctx *c_ = (c);                      \
+        pthread_mutex_lock(&c_->lock);           \
+        int r_ = (expr);                         \
+        pthread_mutex_unlock(&c_->lock);         \
+        return r_;                               \
+    } while (0)
+
+static int h_granularity(void *ctx, size_t *bytes)
+{
+    (void)ctx;
+    if (!bytes)
+        return XDRV_INVALID_VALUE;
+    *bytes = HOST_GRAN;
+    return XDRV_SUCCESS;
+}
+
+static int mem_info_locked(host_ctx *c, size_t *free_bytes, size_t *total)
+{
+    if (!free_bytes || !total)
+        return XDRV_INVALID_VALUE;
+    *free_bytes = c->capacity - c->cnt[C_HANDLE_BYTES];
+    *total = c->capacity;
+    return XDRV_SUCCESS;
+}
+
+static int h_mem_info(void *ctx, size_t *f, size_t *t) { LOCKED(ctx, mem_info_locked(ctx, f, t)); }
+static int h_reserve(void *ctx, size_t size, uintptr_t *va) { LOCKED(ctx, reserve_locked(ctx, size, va)); }
+static int h_address_free(void *ctx, uintptr_t va, size_t size) { LOCKED(ctx, address_free_locked(ctx, va, size)); }
+static int h_create(void *ctx, size_t size, uint64_t *h) { LOCKED(ctx, create_locked(ctx, size, h)); }
+static int h_release(void *ctx, uint64_t h) { LOCKED(ctx, release_locked(ctx, h)); }
+static int h_map(void *ctx, uintptr_t va, size_t size, uint64_t h) { LOCKED(ctx, map_locked(ctx, va, size, h)); }
+static int h_unmap(void *ctx, uintptr_t va, size_t size) { LOCKED(ctx, unmap_locked(ctx, va, size)); }
+static int h_set_access(void *ctx, uintptr_t va, size_t size) { LOCKED(ctx, set_access_locked(ctx, va, size)); }
+static int h_event_create(void *ctx, void **ev) { LOCKED(ctx, event_create_locked(ctx, ev)); }
+static int h_event_record(void *ctx, void *ev, void *s) { LOCKED(ctx, event_record_locked(ctx, ev, s)); }
+static int h_event_query(void *ctx, void *ev) { LOCKED(ctx, event_query_locked(ctx, ev)); }
+static int h_event_sync(void *ctx, void *ev) { LOCKED(ctx, event_sync_locked(ctx, ev)); }
+static int h_event_destroy(void *ctx, void *ev) { LOCKED(ctx, event_destroy_locked(ctx, ev)); }
+static int h_stream_sync(void *ctx, void *s) { LOCKED(ctx, stream_sync_locked(ctx, s)); }
+
+const xseg_driver xseg_driver_host = {
+    .name = "host",
+    .init = h_init,
+    .fini = h_fini,
+    .granularity = h_granularity,
+    .mem_info = h_mem_info,
+    .reserve = h_reserve,
+    .address_free = h_address_free,
+    .create = h_create,
+    .release = h_release,
+    .map = h_map,
+    .unmap = h_unmap,
+    .set_access = h_set_access,
+    .event_create = h_event_create,
+    .event_record = h_event_record,
+    .event_query = h_event_query,
+    .event_sync = h_event_sync,
+    .event_destroy = h_event_destroy,
+    .stream_sync = h_stream_sync,
+    .error_name = xseg_drv_code_name,
+};
+
+/* ---- test controls and counters (driver_host.h) ----------------------------- */
+
+static void counts_fill(xseg_host_counts *out, const size_t *n, size_t capacity)
+{
+    *out = (xseg_host_counts){n[C_RES], n[C_RES_BYTES], n[C_HANDLES],
+                              n[C_HANDLE_BYTES], n[C_MAPS], n[C_MAP_BYTES],
+                              n[C_EVENTS], capacity};
+}
+
+void xseg_host_counts_of(void *ctx, xseg_host_counts *out)
+{
+    host_ctx *c = ctx;
+    if (!out)
+        return;
+    memset(out, 0, sizeof(*out));
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->lock);
+    counts_fill(out, c->cnt, c->capacity);
+    pthread_mutex_unlock(&c->lock);
+}
+
+void xseg_host_counts_global(xseg_host_counts *out)
+{
+    if (!out)
+        return;
+    pthread_mutex_lock(&g_lock);
+    counts_fill(out, g_cnt, 0);
+    pthread_mutex_unlock(&g_lock);
+}
+
+void xseg_host_hold_stream(void *ctx, void *stream, int hold)
+{
+    host_ctx *c = ctx;
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->lock);
+    hstream *st = stream_get(c, stream, hold);
+    if (st && hold) {
+        st->held = 1;
+    } else if (st) { /* lifted: everything recorded meanwhile completes */
+        st->held = 0;
+        st->done = st->seq;
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+int xseg_host_is_accessible(void *ctx, uintptr_t va)
+{
+    host_ctx *c = ctx;
+    uint64_t v = 0;
+    if (!c)
+        return 0;
+    pthread_mutex_lock(&c->lock);
+    int ok = map_get(&c->pages, va >> HOST_SHIFT, &v) && (v & PV_ACCESS);
+    pthread_mutex_unlock(&c->lock);
+    return ok;
+}
+
+uint64_t xseg_host_sync_count(void *ctx)
+{
+    host_ctx *c = ctx;
+    if (!c)
+        return 0;
+    pthread_mutex_lock(&c->lock);
+    uint64_t n = c->syncs;
+    pthread_mutex_unlock(&c->lock);
+    return n;
+}

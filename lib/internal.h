@@ -1,0 +1,242 @@
+/* internal.h: the allocator's data structures, shared by the lib/ files
+ * that implement it.  Layering (see docs/design.md):
+ *   api.c -> alloc.c -> {freeidx.c, small.c, streams.c, arena.c} -> driver
+ * Everything here is protected by xseg_t.lock unless noted. */
+#ifndef XSEG_INTERNAL_H
+#define XSEG_INTERNAL_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+
+#include "conf.h"
+#include "driver.h"
+#include "ptrmap.h"
+#include "xseg.h"
+
+#define XSEG_MIN_BLOCK 512u
+#define XSEG_FL_COUNT 64
+#define XSEG_SL_BITS 5
+#define XSEG_SL_COUNT (1u << XSEG_SL_BITS)
+#define XSEG_MAX_CLASSES 64
+
+struct xstream;
+struct xslab;
+
+enum {
+    XB_FREE = 1u << 0,    /* in a free index */
+    XB_LRU = 1u << 1,     /* in the LRU of cached blocks */
+    XB_SLAB = 1u << 2,    /* holds a slab of small size classes */
+    XB_PENDING = 1u << 3, /* freed, waiting on record_stream events */
+    XB_USES = 1u << 4     /* has record_stream uses (in xs->uses) */
+};
+
+/* A range of the virtual arena: free, allocated, or a slab. */
+typedef struct xblock {
+    uintptr_t addr;
+    size_t size;
+    struct xblock *aprev, *anext; /* address order */
+    struct xblock *fprev, *fnext; /* free-index bucket */
+    struct xblock *lprev, *lnext; /* LRU (oldest first) */
+    struct xstream *owner;        /* stream; NULL = neutral (no pending GPU use) */
+    size_t requested;
+    uint64_t epoch;               /* owner's epoch when freed */
+    uint64_t stamp;               /* free order, for the LRU and snapshots */
+    uint32_t flags;
+    struct xslab *slab;
+} xblock;
+
+/* Two-level segregated free index (TLSF-like): O(1) good-fit search. */
+typedef struct xfreeidx {
+    uint64_t fl_bits;
+    uint32_t sl_bits[XSEG_FL_COUNT];
+    xblock *heads[XSEG_FL_COUNT][XSEG_SL_COUNT];
+    size_t count;
+    size_t bytes;
+} xfreeidx;
+
+/* A slab: one arena block cut into equal slots of one size class. */
+typedef struct xslab {
+    xblock *blk;
+    struct xslab *prev, *next;  /* in the owner's partial list of its class */
+    struct xstream *owner;
+    uint32_t cls, slot_size, nslots, nfree;
+    uint32_t free_head;         /* first free slot, nslots = none */
+    uint32_t *next_free;        /* free list links */
+    uint32_t *req;              /* requested size per slot (0 = free) */
+    int listed;
+} xslab;
+
+/* Per-stream state: its free blocks, its slabs and its event epochs. */
+typedef struct xstream {
+    void *handle;
+    xfreeidx idx;
+    xslab *partial[XSEG_MAX_CLASSES];
+    uint64_t epoch;        /* current epoch: frees are stamped with it */
+    uint64_t done;         /* every epoch <= done has completed on the GPU */
+    void *event;           /* our reusable event on this stream */
+    uint64_t ev_epoch;     /* epoch the event was recorded for, 0 = none */
+    struct xstream *next_all;
+} xstream;
+
+/* Wait record for a block or slot freed while used on other streams. */
+typedef struct xuse {
+    xstream *s;
+    uint64_t epoch;
+} xuse;
+
+typedef struct xuses {
+    uint32_t n, cap;
+    xuse u[];
+} xuses;
+
+typedef struct xpending {
+    struct xpending *next;
+    uintptr_t addr;       /* user address */
+    uintptr_t tag;        /* live-map value: xblock*, or xslab* | 1 */
+    xuses *uses;
+} xpending;
+
+/* One physical handle mapped into the arena. */
+typedef struct xhandle {
+    uint64_t drv;
+    uint32_t first_page;
+    uint32_t npages;
+} xhandle;
+
+/* The virtual arena and its page mapping state. */
+typedef struct xarena {
+    uintptr_t base;
+    size_t size;
+    size_t page;          /* mapping granularity */
+    unsigned shift;       /* log2(page) */
+    size_t npages;
+    uint32_t *page_handle;/* page -> handle index + 1, 0 = unmapped */
+    uint64_t *mapped_bits;
+    xhandle *handles;     /* index 0 unused */
+    uint32_t *handle_free;/* stack of free indices */
+    uint32_t nhandles, handle_cap, nfree_handles;
+} xarena;
+
+typedef struct xcounter_internal {
+    uint64_t cur, peak, total;
+} xcnt;
+
+struct xseg {
+    pthread_mutex_t lock;
+    int device;
+    unsigned fork_gen;
+    xseg_conf conf;
+    const xseg_driver *drv;
+    void *dctx;
+    size_t dev_total;
+    size_t cap;           /* cap on mapped bytes, SIZE_MAX = none */
+    size_t max_handle;    /* largest handle (auto policy) */
+    xarena arena;
+    xfreeidx neutral;     /* free blocks with no pending GPU use */
+    xblock *lru_head, *lru_tail;
+    uint64_t stamp;
+    xseg_ptrmap live;     /* user address -> xblock* or (xslab* | 1) */
+    xseg_ptrmap streams;  /* stream handle -> xstream* */
+    xseg_ptrmap uses;     /* user address -> xuses* */
+    xstream *last_stream;
+    xstream *all_streams;
+    xpending *pend_head, *pend_tail;
+    size_t pend_count;
+    xblock *spare_blocks; /* recycled block records */
+    xblock *first_block;  /* block at the arena's base (never merged away) */
+    uint32_t nclasses;
+    uint32_t class_size[XSEG_MAX_CLASSES];
+    uint8_t *class_of;    /* (size + 511) >> 9 -> class */
+    size_t arena_used;    /* bytes of allocated arena blocks (incl. slabs) */
+    /* statistics */
+    xcnt allocated, requested, active, mapped, handles, segments, va;
+    uint64_t cached_peak;
+    uint64_t drv_calls[XSEG_OP_COUNT];
+    uint64_t drv_errors, alloc_calls, free_calls, retries, ooms, syncs;
+    uint64_t gc_runs, trims, released, deferred;
+    uint64_t peak_alloc_ever; /* peak allocated bytes, never reset (budget) */
+};
+
+/* ---- error.c ---- */
+xseg_status xseg_fail(xseg_t *xs, xseg_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void xseg_clear_error(void);
+/* Human-readable size ("1.50 GiB") into a caller buffer. */
+const char *xseg_fmt_size(uint64_t bytes, char *buf, size_t len);
+
+/* ---- counters ---- */
+static inline void xcnt_add(xcnt *c, uint64_t v)
+{
+    c->cur += v;
+    c->total += v;
+    if (c->cur > c->peak)
+        c->peak = c->cur;
+}
+static inline void xcnt_sub(xcnt *c, uint64_t v) { c->cur -= v; }
+
+/* ---- driver calls, counted (alloc.c / arena.c / streams.c) ---- */
+int xseg_drv_count(xseg_t *xs, xseg_op op, int rc);
+
+/* ---- freeidx.c ---- */
+void xfi_init(xfreeidx *f);
+void xfi_insert(xfreeidx *f, xblock *b);
+void xfi_remove(xfreeidx *f, xblock *b);
+xblock *xfi_find(xfreeidx *f, size_t size, size_t max_size);
+size_t xfi_largest(const xfreeidx *f);
+
+/* ---- arena.c ---- */
+xseg_status xarena_init(xseg_t *xs, size_t va_size);
+void xarena_fini(xseg_t *xs, int call_driver);
+/* Make every page under [a, b) mapped and accessible. */
+xseg_status xarena_ensure(xseg_t *xs, uintptr_t a, uintptr_t b, size_t request);
+/* Bytes of pages under [a, b) not yet mapped. */
+size_t xarena_unmapped_bytes(const xseg_t *xs, uintptr_t a, uintptr_t b);
+/* Unmap and release every handle lying wholly inside [a, b).  Returns bytes. */
+size_t xarena_release_inside(xseg_t *xs, uintptr_t a, uintptr_t b, int *err);
+
+/* ---- streams.c ---- */
+xstream *xstream_get(xseg_t *xs, void *handle);
+/* 1 when the GPU is done with work on s up to `epoch`; waits if `block`. */
+int xstream_done(xseg_t *xs, xstream *s, uint64_t epoch, int block);
+void xstreams_fini(xseg_t *xs, int call_driver);
+xseg_status xuses_add(xseg_t *xs, uintptr_t addr, xstream *s);
+/* Move a freed user allocation with uses to the pending list. */
+xseg_status xpending_add(xseg_t *xs, uintptr_t addr, uintptr_t tag, xuses *u);
+/* Complete pending frees whose events are done (all, waiting, if block). */
+void xpending_process(xseg_t *xs, int block);
+
+/* ---- blocks (alloc.c) ---- */
+xblock *xblock_new(xseg_t *xs);
+void xblock_put(xseg_t *xs, xblock *b);
+/* Allocate an arena block of `size` for stream s (mapped, accessible). */
+xseg_status xblk_alloc(xseg_t *xs, xstream *s, size_t size, size_t request, xblock **out);
+/* Return an arena block to the free state (coalescing). */
+void xblk_free(xseg_t *xs, xblock *b);
+/* Reclaim cached memory: release up to `want` bytes (SIZE_MAX: all).  With
+ * block, waits on events; otherwise only reclaims blocks already safe. */
+size_t xseg_reclaim(xseg_t *xs, size_t want, int block);
+/* Free a user address for real (after any pending uses completed). */
+void xseg_release_user(xseg_t *xs, uintptr_t addr, uintptr_t tag);
+
+/* ---- small.c ---- */
+int xsmall_init(xseg_t *xs);
+void xsmall_fini(xseg_t *xs);
+static inline int xsmall_class(const xseg_t *xs, size_t size)
+{
+    if (size > xs->conf.small_size || !xs->conf.caching)
+        return -1;
+    return xs->class_of[(size + 511) >> 9];
+}
+xseg_status xsmall_alloc(xseg_t *xs, xstream *s, int cls, size_t size, void **out);
+void xsmall_free(xseg_t *xs, xslab *slab, uintptr_t addr);
+/* Release every empty slab (trim). */
+void xsmall_drop_empty(xseg_t *xs);
+/* Classify an address inside a slab for error messages: 1 live slot start,
+ * 2 interior of a live slot, 3 free slot. */
+int xsmall_classify(const xslab *slab, uintptr_t addr);
+
+/* ---- stats.c ---- */
+void xseg_fill_stats(xseg_t *xs, xseg_stats *st);
+
+#endif

@@ -1,0 +1,155 @@
+/* ptrmap.c: the address hash map (see ptrmap.h). */
+#include "ptrmap.h"
+
+#include <stdlib.h>
+
+static inline size_t slot_of(const xseg_ptrmap *m, uintptr_t key)
+{
+    uint64_t h = (uint64_t)(key >> 4) * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h >> 20) & m->mask;
+}
+
+int xseg_ptrmap_init(xseg_ptrmap *m, size_t hint)
+{
+    size_t cap = 64;
+    while (cap < hint * 2)
+        cap <<= 1;
+    m->keys = calloc(cap, sizeof(uintptr_t));
+    m->vals = calloc(cap, sizeof(uintptr_t));
+    if (!m->keys || !m->vals) {
+        free(m->keys);
+        free(m->vals);
+        m->keys = m->vals = NULL;
+        return -1;
+    }
+    m->mask = cap - 1;
+    m->count = 0;
+    m->has_zero = 0;
+    m->zero_val = 0;
+    return 0;
+}
+
+void xseg_ptrmap_fini(xseg_ptrmap *m)
+{
+    free(m->keys);
+    free(m->vals);
+    m->keys = m->vals = NULL;
+    m->count = 0;
+}
+
+static void insert_raw(xseg_ptrmap *m, uintptr_t key, uintptr_t val)
+{
+    size_t i = slot_of(m, key);
+    while (m->keys[i] && m->keys[i] != key)
+        i = (i + 1) & m->mask;
+    if (!m->keys[i])
+        m->count++;
+    m->keys[i] = key;
+    m->vals[i] = val;
+}
+
+static int grow(xseg_ptrmap *m)
+{
+    xseg_ptrmap n;
+    if (xseg_ptrmap_init(&n, (m->mask + 1)) != 0)
+        return -1;
+    for (size_t i = 0; i <= m->mask; i++)
+        if (m->keys[i])
+            insert_raw(&n, m->keys[i], m->vals[i]);
+    free(m->keys);
+    free(m->vals);
+    m->keys = n.keys;
+    m->vals = n.vals;
+    m->mask = n.mask;
+    m->count = n.count;
+    return 0;
+}
+
+int xseg_ptrmap_put(xseg_ptrmap *m, uintptr_t key, uintptr_t val)
+{
+    if (key == 0) {
+        m->has_zero = 1;
+        m->zero_val = val;
+        return 0;
+    }
+    uintptr_t old;
+    if ((m->count + 1) * 2 > m->mask + 1 && !xseg_ptrmap_get(m, key, &old) && grow(m) != 0)
+        return -1;
+    insert_raw(m, key, val);
+    return 0;
+}
+
+int xseg_ptrmap_get(const xseg_ptrmap *m, uintptr_t key, uintptr_t *val)
+{
+    if (key == 0) {
+        if (m->has_zero)
+            *val = m->zero_val;
+        return m->has_zero;
+    }
+    size_t i = slot_of(m, key);
+    for (;;) {
+        uintptr_t k = m->keys[i];
+        if (k == key) {
+            *val = m->vals[i];
+            return 1;
+        }
+        if (!k)
+            return 0;
+        i = (i + 1) & m->mask;
+    }
+}
+
+/* Backward-shift deletion keeps every probe chain unbroken. */
+static void remove_at(xseg_ptrmap *m, size_t i)
+{
+    size_t j = i;
+    for (;;) {
+        j = (j + 1) & m->mask;
+        if (!m->keys[j])
+            break;
+        size_t home = slot_of(m, m->keys[j]);
+        int movable = (i <= j) ? (home <= i || home > j) : (home <= i && home > j);
+        if (movable) {
+            m->keys[i] = m->keys[j];
+            m->vals[i] = m->vals[j];
+            i = j;
+        }
+    }
+    m->keys[i] = 0;
+    m->vals[i] = 0;
+    m->count--;
+}
+
+int xseg_ptrmap_del(xseg_ptrmap *m, uintptr_t key, uintptr_t *val)
+{
+    if (key == 0) {
+        if (!m->has_zero)
+            return 0;
+        if (val)
+            *val = m->zero_val;
+        m->has_zero = 0;
+        return 1;
+    }
+    size_t i = slot_of(m, key);
+    for (;;) {
+        uintptr_t k = m->keys[i];
+        if (!k)
+            return 0;
+        if (k == key) {
+            if (val)
+                *val = m->vals[i];
+            remove_at(m, i);
+            return 1;
+        }
+        i = (i + 1) & m->mask;
+    }
+}
+
+void xseg_ptrmap_each(const xseg_ptrmap *m, void (*fn)(uintptr_t, uintptr_t, void *), void *arg)
+{
+    if (m->has_zero)
+        fn(0, m->zero_val, arg);
+    for (size_t i = 0; m->keys && i <= m->mask; i++)
+        if (m->keys[i])
+            fn(m->keys[i], m->vals[i], arg);
+}

@@ -1,0 +1,194 @@
+/* small.c: pooled fixed size classes for small requests.  A slab is one
+ * arena block cut into equal slots; each stream keeps a list of its slabs
+ * that have free slots per class, so a slot freed on a stream is reused by
+ * that stream at once.  Classes: 512 B steps up to 4 KiB, then four per
+ * doubling up to small_size. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define SLAB_MIN (64u << 10)
+#define SLAB_MAX (2u << 20)
+#define SLAB_SLOTS 32u
+
+static void add_class(xseg_t *xs, uint32_t size)
+{
+    if (xs->nclasses < XSEG_MAX_CLASSES)
+        xs->class_size[xs->nclasses++] = size;
+}
+
+int xsmall_init(xseg_t *xs)
+{
+    uint32_t limit = (uint32_t)((xs->conf.small_size + 511) / 512 * 512);
+    xs->nclasses = 0;
+    for (uint32_t c = 512; c <= 4096 && c <= limit; c += 512)
+        add_class(xs, c);
+    for (uint32_t base = 4096; base < limit; base *= 2)
+        for (uint32_t q = 1; q <= 4; q++)
+            if (base + q * (base / 4) <= limit)
+                add_class(xs, base + q * (base / 4));
+    if (xs->class_size[xs->nclasses - 1] < limit)
+        add_class(xs, limit);
+    xs->class_of = malloc((limit >> 9) + 1);
+    if (!xs->class_of)
+        return -1;
+    uint32_t c = 0;
+    for (uint32_t i = 0; i <= (limit >> 9); i++) {
+        while (c + 1 < xs->nclasses && xs->class_size[c] < i * 512u)
+            c++;
+        xs->class_of[i] = (uint8_t)c;
+    }
+    return 0;
+}
+
+static void unlink_slab(xslab *sl)
+{
+    xstream *s = sl->owner;
+    if (!sl->listed)
+        return;
+    if (sl->prev)
+        sl->prev->next = sl->next;
+    else
+        s->partial[sl->cls] = sl->next;
+    if (sl->next)
+        sl->next->prev = sl->prev;
+    sl->prev = sl->next = NULL;
+    sl->listed = 0;
+}
+
+static void link_slab(xslab *sl)
+{
+    xstream *s = sl->owner;
+    sl->prev = NULL;
+    sl->next = s->partial[sl->cls];
+    if (sl->next)
+        sl->next->prev = sl;
+    s->partial[sl->cls] = sl;
+    sl->listed = 1;
+}
+
+static void slab_destroy(xseg_t *xs, xslab *sl)
+{
+    unlink_slab(sl);
+    xblock *b = sl->blk;
+    b->slab = NULL;
+    b->flags &= ~XB_SLAB;
+    free(sl->next_free);
+    free(sl->req);
+    free(sl);
+    xblk_free(xs, b);
+}
+
+static xseg_status slab_new(xseg_t *xs, xstream *s, int cls, xslab **out)
+{
+    uint32_t sz = xs->class_size[cls];
+    size_t bytes = (size_t)sz * SLAB_SLOTS;
+    bytes = bytes < SLAB_MIN ? SLAB_MIN : bytes > SLAB_MAX ? SLAB_MAX : bytes;
+    uint32_t n = (uint32_t)(bytes / sz);
+    xslab *sl = calloc(1, sizeof *sl);
+    uint32_t *nf = malloc(n * sizeof *nf), *rq = calloc(n, sizeof *rq);
+    if (!sl || !nf || !rq) {
+        free(sl);
+        free(nf);
+        free(rq);
+        return xseg_fail(xs, XSEG_ERR_OOM, "xseg: no host memory for a slab of %u slots", n);
+    }
+    xblock *b = NULL;
+    xseg_status st = xblk_alloc(xs, s, (size_t)n * sz, (size_t)n * sz, &b);
+    if (st != XSEG_OK) {
+        free(sl);
+        free(nf);
+        free(rq);
+        return st;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        nf[i] = i + 1;
+    *sl = (xslab){.blk = b, .owner = s, .cls = (uint32_t)cls, .slot_size = sz, .nslots = n,
+                  .nfree = n, .free_head = 0, .next_free = nf, .req = rq};
+    b->flags |= XB_SLAB;
+    b->slab = sl;
+    link_slab(sl);
+    *out = sl;
+    return XSEG_OK;
+}
+
+xseg_status xsmall_alloc(xseg_t *xs, xstream *s, int cls, size_t size, void **out)
+{
+    xslab *sl = s->partial[cls];
+    if (!sl) {
+        xseg_status st = slab_new(xs, s, cls, &sl);
+        if (st != XSEG_OK)
+            return st;
+    }
+    uint32_t slot = sl->free_head;
+    uintptr_t addr = sl->blk->addr + (uintptr_t)slot * sl->slot_size;
+    if (xseg_ptrmap_put(&xs->live, addr, (uintptr_t)sl | 1) != 0)
+        return xseg_fail(xs, XSEG_ERR_OOM, "xseg: no host memory to track an allocation");
+    sl->free_head = sl->next_free[slot];
+    sl->req[slot] = (uint32_t)size;
+    if (--sl->nfree == 0)
+        unlink_slab(sl);
+    *out = (void *)addr;
+    return XSEG_OK;
+}
+
+void xsmall_free(xseg_t *xs, xslab *sl, uintptr_t addr)
+{
+    uint32_t slot = (uint32_t)((addr - sl->blk->addr) / sl->slot_size);
+    sl->req[slot] = 0;
+    sl->next_free[slot] = sl->free_head;
+    sl->free_head = slot;
+    sl->nfree++;
+    if (!sl->listed)
+        link_slab(sl);
+    /* Keep one empty slab per class and stream; give back the others. */
+    if (sl->nfree == sl->nslots && (sl->prev || sl->next))
+        slab_destroy(xs, sl);
+}
+
+uint32_t xsmall_requested(const xslab *sl, uintptr_t addr);
+uint32_t xsmall_requested(const xslab *sl, uintptr_t addr)
+{
+    return sl->req[(addr - sl->blk->addr) / sl->slot_size];
+}
+
+void xsmall_drop_empty(xseg_t *xs)
+{
+    for (xstream *s = xs->all_streams; s; s = s->next_all)
+        for (uint32_t c = 0; c < xs->nclasses; c++) {
+            xslab *sl = s->partial[c];
+            while (sl) {
+                xslab *n = sl->next;
+                if (sl->nfree == sl->nslots)
+                    slab_destroy(xs, sl);
+                sl = n;
+            }
+        }
+}
+
+int xsmall_classify(const xslab *sl, uintptr_t addr)
+{
+    uintptr_t off = addr - sl->blk->addr;
+    uint32_t slot = (uint32_t)(off / sl->slot_size);
+    if (slot >= sl->nslots || !sl->req[slot])
+        return 3;
+    return off % sl->slot_size ? 2 : 1;
+}
+
+static void free_slab_meta(xslab *sl)
+{
+    free(sl->next_free);
+    free(sl->req);
+    free(sl);
+}
+
+/* Frees slab metadata only; the arena itself is torn down by the caller. */
+void xsmall_fini(xseg_t *xs)
+{
+    for (xblock *b = xs->first_block; b; b = b->anext)
+        if (b->flags & XB_SLAB)
+            free_slab_meta(b->slab);
+    free(xs->class_of);
+    xs->class_of = NULL;
+}

@@ -1,0 +1,124 @@
+/* stats.c: fills the versioned xseg_stats struct and renders it as JSON. */
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+static xseg_counter pub(const xcnt *c)
+{
+    return (xseg_counter){c->cur, c->peak, c->total};
+}
+
+static uint64_t largest_free(const xseg_t *xs)
+{
+    size_t m = xfi_largest(&xs->neutral);
+    for (const xstream *s = xs->all_streams; s; s = s->next_all) {
+        size_t l = xfi_largest(&s->idx);
+        if (l > m)
+            m = l;
+    }
+    return m;
+}
+
+void xseg_fill_stats(xseg_t *xs, xseg_stats *st)
+{
+    xseg_stats s;
+    memset(&s, 0, sizeof s);
+    s.size = sizeof s;
+    s.version = XSEG_STATS_VERSION;
+    s.device = xs->device;
+    s.allocated_bytes = pub(&xs->allocated);
+    s.requested_bytes = pub(&xs->requested);
+    s.active_blocks = pub(&xs->active);
+    s.reserved_va_bytes = pub(&xs->va);
+    s.mapped_bytes = pub(&xs->mapped);
+    uint64_t cached = xs->mapped.cur > xs->allocated.cur ? xs->mapped.cur - xs->allocated.cur : 0;
+    if (cached > xs->cached_peak)
+        xs->cached_peak = cached;
+    s.cached_bytes = (xseg_counter){cached, xs->cached_peak, xs->released + cached};
+    s.segments = pub(&xs->segments);
+    s.handles = pub(&xs->handles);
+    memcpy(s.driver_calls, xs->drv_calls, sizeof s.driver_calls);
+    s.driver_errors = xs->drv_errors;
+    s.alloc_calls = xs->alloc_calls;
+    s.free_calls = xs->free_calls;
+    s.alloc_retries = xs->retries;
+    s.ooms = xs->ooms;
+    s.syncs = xs->syncs;
+    s.gc_runs = xs->gc_runs;
+    s.trims = xs->trims;
+    s.released_bytes = xs->released;
+    s.deferred_frees = xs->deferred;
+    s.largest_free_block = largest_free(xs);
+    s.mapped_cap = xs->cap == SIZE_MAX ? 0 : xs->cap;
+    s.device_total = xs->dev_total;
+    s.page_size = xs->arena.page;
+    size_t n = st->size < sizeof s ? st->size : sizeof s;
+    memcpy(st, &s, n);
+    st->size = (uint32_t)n;
+}
+
+/* Appends to a bounded buffer, counting what would have been written. */
+typedef struct jbuf {
+    char *p;
+    size_t cap, len;
+} jbuf;
+
+static void jput(jbuf *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void jput(jbuf *j, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    size_t room = j->len < j->cap ? j->cap - j->len : 0;
+    int n = vsnprintf(room ? j->p + j->len : NULL, room, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        j->len += (size_t)n;
+}
+
+static void jcounter(jbuf *j, const char *name, const xseg_counter *c)
+{
+    jput(j, "\"%s\":{\"current\":%llu,\"peak\":%llu,\"total\":%llu},", name,
+         (unsigned long long)c->current, (unsigned long long)c->peak,
+         (unsigned long long)c->total);
+}
+
+static void jnum(jbuf *j, const char *name, uint64_t v, int last)
+{
+    jput(j, "\"%s\":%llu%s", name, (unsigned long long)v, last ? "" : ",");
+}
+
+size_t xseg_render_json(const xseg_stats *s, const char *backend, char *buf, size_t cap);
+size_t xseg_render_json(const xseg_stats *s, const char *backend, char *buf, size_t cap)
+{
+    jbuf j = {buf, cap, 0};
+    jput(&j, "{\"version\":%u,\"device\":%d,\"backend\":\"%s\",", s->version, s->device, backend);
+    jcounter(&j, "allocated_bytes", &s->allocated_bytes);
+    jcounter(&j, "requested_bytes", &s->requested_bytes);
+    jcounter(&j, "active_blocks", &s->active_blocks);
+    jcounter(&j, "reserved_va_bytes", &s->reserved_va_bytes);
+    jcounter(&j, "mapped_bytes", &s->mapped_bytes);
+    jcounter(&j, "cached_bytes", &s->cached_bytes);
+    jcounter(&j, "segments", &s->segments);
+    jcounter(&j, "handles", &s->handles);
+    jput(&j, "\"driver_calls\":{");
+    for (int i = 0; i < XSEG_OP_COUNT; i++)
+        jnum(&j, xseg_op_name((xseg_op)i), s->driver_calls[i], i == XSEG_OP_COUNT - 1);
+    jput(&j, "},");
+    jnum(&j, "driver_errors", s->driver_errors, 0);
+    jnum(&j, "alloc_calls", s->alloc_calls, 0);
+    jnum(&j, "free_calls", s->free_calls, 0);
+    jnum(&j, "alloc_retries", s->alloc_retries, 0);
+    jnum(&j, "ooms", s->ooms, 0);
+    jnum(&j, "syncs", s->syncs, 0);
+    jnum(&j, "gc_runs", s->gc_runs, 0);
+    jnum(&j, "trims", s->trims, 0);
+    jnum(&j, "released_bytes", s->released_bytes, 0);
+    jnum(&j, "deferred_frees", s->deferred_frees, 0);
+    jnum(&j, "largest_free_block", s->largest_free_block, 0);
+    jnum(&j, "mapped_cap", s->mapped_cap, 0);
+    jnum(&j, "device_total", s->device_total, 0);
+    jnum(&j, "page_size", s->page_size, 1);
+    jput(&j, "}");
+    return j.len;
+}

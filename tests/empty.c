@@ -1,0 +1,1 @@
+/* empty.c: keeps the test support library non-empty. */
