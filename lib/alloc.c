@@ -159,7 +159,9 @@ static size_t reclaim_block(xseg_t *xs, xblock *b)
     if (b->owner) {
         free_remove(xs, b);
         b->owner = NULL;
-        coalesce(xs, b, 0);
+        b = coalesce(xs, b, 0);
+        /* Pages shared with neutral neighbours are whole inside it now. */
+        got += xarena_release_inside(xs, b->addr, b->addr + b->size, &err);
     }
     return got;
 }
@@ -202,9 +204,76 @@ size_t xseg_reclaim(xseg_t *xs, size_t want, int block)
 
 /* ---- allocation of arena blocks ---- */
 
-/* Take `size` bytes from the front of free block b for owner s. */
+/* Split off the front of free block b so that the rest starts at `at`;
+ * the front stays free where it was (index, LRU).  Returns the rest. */
+static xblock *split_front(xseg_t *xs, xblock *b, uintptr_t at)
+{
+    xblock *r = xblock_new(xs);
+    if (!r)
+        return b;
+    free_remove(xs, b);
+    *r = *b;
+    r->flags = 0;
+    r->lprev = r->lnext = NULL;
+    r->addr = at;
+    r->size = b->addr + b->size - at;
+    b->size = at - b->addr;
+    r->aprev = b;
+    if (b->anext)
+        b->anext->aprev = r;
+    b->anext = r;
+    free_insert(xs, b);
+    free_insert(xs, r);
+    return r;
+}
+
+/* Pages that [at, at + size) touches and no neighbour already touches. */
+static size_t new_pages(const xseg_t *xs, const xblock *b, uintptr_t at, size_t size)
+{
+    size_t p = xs->arena.page;
+    uintptr_t first = at & ~(uintptr_t)(p - 1), last = (at + size - 1) & ~(uintptr_t)(p - 1);
+    size_t n = (last - first) / p + 1;
+    uintptr_t end = b->addr + b->size;
+    if (at == b->addr && (at & (p - 1)) && b->aprev)
+        n--; /* first page shared with the block before */
+    if (at + size == end && (end & (p - 1)) && b->anext && first != last)
+        n--; /* last page shared with the block after */
+    return n;
+}
+
+/* Where in free block b to put `size` bytes: at its start (packing against
+ * the block before), at its end (packing against the block after), or at
+ * the first page boundary; whichever touches the fewest new pages. */
+static uintptr_t place(const xseg_t *xs, const xblock *b, size_t size)
+{
+    size_t p = xs->arena.page;
+    uintptr_t best = b->addr, end = b->addr + b->size;
+    size_t cost = new_pages(xs, b, best, size);
+    uintptr_t cand[2] = {(b->addr + p - 1) & ~(uintptr_t)(p - 1), end - size};
+    for (int i = 0; i < 2; i++) {
+        if (cand[i] < b->addr || cand[i] + size > end || cand[i] == best)
+            continue;
+        size_t c = new_pages(xs, b, cand[i], size);
+        if (c < cost) {
+            cost = c;
+            best = cand[i];
+        }
+    }
+    return best;
+}
+
+static int fits(const xseg_t *xs, const xblock *b, size_t size)
+{
+    uintptr_t at = place(xs, b, size);
+    return at + size <= b->addr + b->size;
+}
+
+/* Take `size` bytes from free block b (at its placement) for owner s. */
 static xblock *carve(xseg_t *xs, xblock *b, size_t size, xstream *s)
 {
+    uintptr_t at = place(xs, b, size);
+    if (at != b->addr)
+        b = split_front(xs, b, at);
     free_remove(xs, b);
     if (b->size - size >= XSEG_MIN_BLOCK) {
         xblock *r = xblock_new(xs);
@@ -233,7 +302,8 @@ static xblock *carve(xseg_t *xs, xblock *b, size_t size, xstream *s)
 static xblock *extend_into(xseg_t *xs, xblock *n, size_t size, xstream *s)
 {
     xblock *f = n->aprev;
-    if (!f || !(f->flags & XB_FREE) || f->owner != s || f->size >= size)
+    if (!f || !(f->flags & XB_FREE) || f->owner != s || f->size >= size ||
+        place(xs, f, size) != f->addr)
         return NULL;
     size_t take = size - f->size;
     if (n->size < take)
@@ -257,22 +327,44 @@ static xblock *extend_into(xseg_t *xs, xblock *n, size_t size, xstream *s)
     return f;
 }
 
-static xblock *find_block(xseg_t *xs, xstream *s, size_t size)
+/* Good fit in one index, allowing for the page alignment of large blocks. */
+static xblock *find_in(xseg_t *xs, xfreeidx *f, size_t size, size_t max)
+{
+    xblock *b = xfi_find(f, size, max);
+    if (b && !fits(xs, b, size)) {
+        size_t pad = xs->arena.page - XSEG_MIN_BLOCK;
+        b = xfi_find(f, size + pad, max > SIZE_MAX - pad ? SIZE_MAX : max + pad);
+    }
+    return b;
+}
+
+/* Best fit across the stream's own cached blocks and neutral space: the
+ * tighter fit wins (filling holes between live blocks keeps their pages
+ * full), a cached block wins a tie (it is mapped already). */
+static xblock *find_block(xseg_t *xs, xstream *s, size_t size, xstream **from, uint64_t *epoch)
 {
     size_t mss = xs->conf.max_split_size;
     size_t max = size <= mss ? mss : SIZE_MAX;
-    xblock *b = xs->conf.caching ? xfi_find(&s->idx, size, max) : NULL;
-    if (b)
+    xblock *b = xs->conf.caching ? find_in(xs, &s->idx, size, max) : NULL;
+    xblock *n = NULL;
+    if (!b || b->size != size)
+        n = find_in(xs, &xs->neutral, size, b ? b->size - 1 : SIZE_MAX);
+    if (b && (!n || n->size >= b->size)) {
+        *from = s;
+        *epoch = b->epoch;
         return carve(xs, b, size, s);
-    b = xfi_find(&xs->neutral, size, SIZE_MAX);
-    if (!b)
+    }
+    if (!n)
         return NULL;
-    xblock *e = extend_into(xs, b, size, s);
+    xblock *e = b ? NULL : extend_into(xs, n, size, s);
     if (e) {
+        *from = s;
+        *epoch = e->epoch;
         e->owner = s;
         return e;
     }
-    return carve(xs, b, size, s);
+    *from = NULL;
+    return carve(xs, n, size, s);
 }
 
 static size_t round_page(const xseg_t *xs, size_t v)
@@ -320,6 +412,31 @@ static xseg_status make_room(xseg_t *xs, size_t need, size_t request)
     return XSEG_OK;
 }
 
+/* Free neighbour of b whose memory the GPU is done with, or NULL. */
+static const xblock *idle_free(xseg_t *xs, const xblock *n)
+{
+    if (!n || !(n->flags & XB_FREE))
+        return NULL;
+    return (!n->owner || xstream_done(xs, n->owner, n->epoch, 0)) ? n : NULL;
+}
+
+/* Large handles that the new block b only partly covers are split (see
+ * xarena_split_edges) when everything else they back is idle free space. */
+static void split_large(xseg_t *xs, xblock *b, xstream *from, uint64_t epoch)
+{
+    xarena *ar = &xs->arena;
+    size_t pa = (b->addr - ar->base) >> ar->shift, pb = (b->addr + b->size - 1 - ar->base) >> ar->shift;
+    uint32_t ha = ar->page_handle[pa], hb = ar->page_handle[pb];
+    if ((!ha || ar->handles[ha].npages == 1) && (!hb || ar->handles[hb].npages == 1))
+        return;
+    if (from && !xstream_done(xs, from, epoch, 0))
+        return;
+    const xblock *p = idle_free(xs, b->aprev), *n = idle_free(xs, b->anext);
+    int err = 0;
+    xarena_split_edges(xs, b->addr, b->addr + b->size, p ? p->addr : b->addr,
+                       n ? n->addr + n->size : b->addr + b->size, &err);
+}
+
 static xseg_status ensure_mapped(xseg_t *xs, xblock *b, size_t request)
 {
     size_t need = xarena_unmapped_bytes(xs, b->addr, b->addr + b->size);
@@ -333,7 +450,9 @@ static xseg_status ensure_mapped(xseg_t *xs, xblock *b, size_t request)
 
 xseg_status xblk_alloc(xseg_t *xs, xstream *s, size_t size, size_t request, xblock **out)
 {
-    xblock *b = find_block(xs, s, size);
+    xstream *from = NULL;
+    uint64_t epoch = 0;
+    xblock *b = find_block(xs, s, size, &from, &epoch);
     if (!b) {
         char b1[32];
         return xseg_fail(xs, XSEG_ERR_VA_EXHAUSTED,
@@ -343,6 +462,7 @@ xseg_status xblk_alloc(xseg_t *xs, xstream *s, size_t size, size_t request, xblo
     xs->arena_used += b->size;
     if (xs->arena_used > xs->peak_alloc_ever)
         xs->peak_alloc_ever = xs->arena_used;
+    split_large(xs, b, from, epoch);
     xseg_status st = ensure_mapped(xs, b, request);
     if (st != XSEG_OK) {
         xs->arena_used -= b->size;

@@ -87,7 +87,8 @@ static size_t handle_pages(const xseg_t *xs, size_t request, size_t remaining)
     if (xs->conf.handle_size) {
         want = xs->conf.handle_size >> ar->shift;
     } else {
-        want = request >= (64u << 20) ? pow2_floor(request) >> ar->shift : 1;
+        size_t big = XSEG_BIG_REQUEST;
+        want = request >= big ? pow2_floor(request) >> ar->shift : 1;
         if (want > (xs->max_handle >> ar->shift))
             want = xs->max_handle >> ar->shift;
         size_t limit = xs->cap != SIZE_MAX ? xs->cap : xs->dev_total;
@@ -234,6 +235,28 @@ size_t xarena_release_inside(xseg_t *xs, uintptr_t a, uintptr_t b, int *err)
     }
     unmap_release_run(xs, run0, run1, err);
     return before - xs->mapped.cur;
+}
+
+/* Release the handle backing page p if it is larger than a page, reaches
+ * outside [a, b), and lies wholly inside [lo, hi). */
+static void split_one(xseg_t *xs, size_t p, uintptr_t a, uintptr_t b, uintptr_t lo, uintptr_t hi,
+                      int *err)
+{
+    xarena *ar = &xs->arena;
+    if (!ar->page_handle[p])
+        return;
+    xhandle *h = handle_at(ar, p);
+    uintptr_t hs = ar->base + ((uintptr_t)h->first_page << ar->shift);
+    uintptr_t he = hs + ((uintptr_t)h->npages << ar->shift);
+    if (h->npages > 1 && (hs < a || he > b) && hs >= lo && he <= hi)
+        unmap_release_run(xs, h->first_page, (size_t)h->first_page + h->npages, err);
+}
+
+void xarena_split_edges(xseg_t *xs, uintptr_t a, uintptr_t b, uintptr_t lo, uintptr_t hi, int *err)
+{
+    xarena *ar = &xs->arena;
+    split_one(xs, (a - ar->base) >> ar->shift, a, b, lo, hi, err);
+    split_one(xs, (b - 1 - ar->base) >> ar->shift, a, b, lo, hi, err);
 }
 
 void xarena_fini(xseg_t *xs, int call_driver)

@@ -800,20 +800,75 @@ static int mem_info_locked(host_ctx *c, size_t *free_bytes, size_t *total)
     return XDRV_SUCCESS;
 }
 
-static int h_mem_info(void *ctx, size_t *f, size_t *t) { LOCKED(ctx, mem_info_locked(ctx, f, t)); }
-static int h_reserve(void *ctx, size_t size, uintptr_t *va) { LOCKED(ctx, reserve_locked(ctx, size, va)); }
-static int h_address_free(void *ctx, uintptr_t va, size_t size) { LOCKED(ctx, address_free_locked(ctx, va, size)); }
-static int h_create(void *ctx, size_t size, uint64_t *h) { LOCKED(ctx, create_locked(ctx, size, h)); }
-static int h_release(void *ctx, uint64_t h) { LOCKED(ctx, release_locked(ctx, h)); }
-static int h_map(void *ctx, uintptr_t va, size_t size, uint64_t h) { LOCKED(ctx, map_locked(ctx, va, size, h)); }
-static int h_unmap(void *ctx, uintptr_t va, size_t size) { LOCKED(ctx, unmap_locked(ctx, va, size)); }
-static int h_set_access(void *ctx, uintptr_t va, size_t size) { LOCKED(ctx, set_access_locked(ctx, va, size)); }
-static int h_event_create(void *ctx, void **ev) { LOCKED(ctx, event_create_locked(ctx, ev)); }
-static int h_event_record(void *ctx, void *ev, void *s) { LOCKED(ctx, event_record_locked(ctx, ev, s)); }
-static int h_event_query(void *ctx, void *ev) { LOCKED(ctx, event_query_locked(ctx, ev)); }
-static int h_event_sync(void *ctx, void *ev) { LOCKED(ctx, event_sync_locked(ctx, ev)); }
-static int h_event_destroy(void *ctx, void *ev) { LOCKED(ctx, event_destroy_locked(ctx, ev)); }
-static int h_stream_sync(void *ctx, void *s) { LOCKED(ctx, stream_sync_locked(ctx, s)); }
+static int h_mem_info(void *ctx, size_t *f, size_t *t)
+{
+    LOCKED(ctx, mem_info_locked(ctx, f, t));
+}
+
+static int h_reserve(void *ctx, size_t size, uintptr_t *va)
+{
+    LOCKED(ctx, reserve_locked(ctx, size, va));
+}
+
+static int h_address_free(void *ctx, uintptr_t va, size_t size)
+{
+    LOCKED(ctx, address_free_locked(ctx, va, size));
+}
+
+static int h_create(void *ctx, size_t size, uint64_t *h)
+{
+    LOCKED(ctx, create_locked(ctx, size, h));
+}
+
+static int h_release(void *ctx, uint64_t h)
+{
+    LOCKED(ctx, release_locked(ctx, h));
+}
+
+static int h_map(void *ctx, uintptr_t va, size_t size, uint64_t h)
+{
+    LOCKED(ctx, map_locked(ctx, va, size, h));
+}
+
+static int h_unmap(void *ctx, uintptr_t va, size_t size)
+{
+    LOCKED(ctx, unmap_locked(ctx, va, size));
+}
+
+static int h_set_access(void *ctx, uintptr_t va, size_t size)
+{
+    LOCKED(ctx, set_access_locked(ctx, va, size));
+}
+
+static int h_event_create(void *ctx, void **ev)
+{
+    LOCKED(ctx, event_create_locked(ctx, ev));
+}
+
+static int h_event_record(void *ctx, void *ev, void *s)
+{
+    LOCKED(ctx, event_record_locked(ctx, ev, s));
+}
+
+static int h_event_query(void *ctx, void *ev)
+{
+    LOCKED(ctx, event_query_locked(ctx, ev));
+}
+
+static int h_event_sync(void *ctx, void *ev)
+{
+    LOCKED(ctx, event_sync_locked(ctx, ev));
+}
+
+static int h_event_destroy(void *ctx, void *ev)
+{
+    LOCKED(ctx, event_destroy_locked(ctx, ev));
+}
+
+static int h_stream_sync(void *ctx, void *s)
+{
+    LOCKED(ctx, stream_sync_locked(ctx, s));
+}
 
 const xseg_driver xseg_driver_host = {
     .name = "host",

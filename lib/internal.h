@@ -19,6 +19,8 @@
 #define XSEG_SL_BITS 5
 #define XSEG_SL_COUNT (1u << XSEG_SL_BITS)
 #define XSEG_MAX_CLASSES 64
+/* Requests of this size or more get handles larger than a page (auto). */
+#define XSEG_BIG_REQUEST ((size_t)64 << 20)
 
 struct xstream;
 struct xslab;
@@ -190,6 +192,10 @@ xseg_status xarena_init(xseg_t *xs, size_t va_size);
 void xarena_fini(xseg_t *xs, int call_driver);
 /* Make every page under [a, b) mapped and accessible. */
 xseg_status xarena_ensure(xseg_t *xs, uintptr_t a, uintptr_t b, size_t request);
+/* A large handle reaching outside an allocation [a, b) into free space
+ * [lo, hi) is released, so that only the pages the allocation needs are
+ * mapped again, at page grain. */
+void xarena_split_edges(xseg_t *xs, uintptr_t a, uintptr_t b, uintptr_t lo, uintptr_t hi, int *err);
 /* Bytes of pages under [a, b) not yet mapped. */
 size_t xarena_unmapped_bytes(const xseg_t *xs, uintptr_t a, uintptr_t b);
 /* Unmap and release every handle lying wholly inside [a, b).  Returns bytes. */
