@@ -158,6 +158,36 @@ XSEG_API xseg_status xseg_default(int device, xseg_t **out);
 /* Name of the backend in use ("cuda" or "host"). */
 XSEG_API const char *xseg_backend_name(const xseg_t *xs);
 
+/* ---- Monitoring (docs/monitoring.md) ---- */
+
+/* Prometheus text exposition format (HELP/TYPE lines, base units, a
+ * device label), for a server's own /metrics.  Same buffer rules as
+ * xseg_stats_json. */
+XSEG_API xseg_status xseg_stats_prometheus(xseg_t *xs, char *buf, size_t cap, size_t *len);
+/* Every segment (mapped and unmapped ranges, handles) and every block
+ * (address, size, requested size, state, stream) as JSON. */
+XSEG_API xseg_status xseg_snapshot_json(xseg_t *xs, char *buf, size_t cap, size_t *len);
+/* The last N events (conf key history:N) as JSON, oldest first. */
+XSEG_API xseg_status xseg_history_json(xseg_t *xs, char *buf, size_t cap, size_t *len);
+
+/* Numbers at an out-of-memory failure. */
+typedef struct xseg_oom_info {
+    int device;
+    size_t requested;
+    size_t live;          /* allocated bytes */
+    size_t mapped;
+    size_t cached;
+    size_t cap;           /* 0: no cap */
+    size_t largest_free;  /* largest free virtual block */
+    size_t device_free;   /* per the driver */
+    const char *hint;     /* the config key that would help */
+    const char *message;  /* the full message (also in xseg_last_error) */
+} xseg_oom_info;
+typedef void (*xseg_oom_callback)(const xseg_oom_info *info, void *user);
+/* Called (under the allocator's lock: do not call back into xs) on every
+ * out-of-memory failure.  NULL removes it. */
+XSEG_API xseg_status xseg_set_oom_callback(xseg_t *xs, xseg_oom_callback cb, void *user);
+
 /* ---- PyTorch CUDAPluggableAllocator entry points (docs/pytorch.md) ----
  * Each serves the process-wide allocator of `device` (xseg_default).  They
  * cannot return a status: failures return NULL / do nothing and leave the

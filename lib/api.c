@@ -54,9 +54,13 @@ static int forked(const xseg_t *xs)
 
 /* ---- create / destroy ---- */
 
-static xseg_status pick_driver(xseg_t *xs)
+static xseg_status pick_driver(xseg_t *xs, const xseg_driver *forced)
 {
     xseg_backend_kind k = xs->conf.backend;
+    if (forced) {
+        xs->drv = forced;
+        return XSEG_OK;
+    }
     if (k == XSEG_BACKEND_AUTO)
         k = (xseg_driver_cuda_ptr && xseg_cuda_available()) ? XSEG_BACKEND_CUDA : XSEG_BACKEND_HOST;
     if (k == XSEG_BACKEND_HOST) {
@@ -139,6 +143,12 @@ static void teardown(xseg_t *xs, int call_driver);
 
 xseg_status xseg_create(xseg_t **out, int device, const char *conf)
 {
+    return xseg_create_with_driver(out, device, conf, NULL);
+}
+
+xseg_status xseg_create_with_driver(xseg_t **out, int device, const char *conf,
+                                    const xseg_driver *drv)
+{
     if (!out)
         return xseg_fail(NULL, XSEG_ERR_INVALID_ARG, "xseg_create: out is NULL");
     *out = NULL;
@@ -158,7 +168,7 @@ xseg_status xseg_create(xseg_t **out, int device, const char *conf)
     if (st == XSEG_OK && device < 0)
         st = xseg_fail(xs, XSEG_ERR_NO_DEVICE, "xseg_create: device %d is negative", device);
     if (st == XSEG_OK)
-        st = pick_driver(xs);
+        st = pick_driver(xs, drv);
     if (st == XSEG_OK)
         st = open_driver(xs, device);
     if (st == XSEG_OK) {
@@ -167,6 +177,8 @@ xseg_status xseg_create(xseg_t **out, int device, const char *conf)
     }
     if (st == XSEG_OK)
         st = init_arena(xs);
+    if (st == XSEG_OK)
+        st = xseg_monitor_init(xs);
     if (st != XSEG_OK) {
         char keep[768];
         snprintf(keep, sizeof keep, "%s", xseg_last_error());
@@ -188,6 +200,7 @@ static void free_uses(uintptr_t k, uintptr_t v, void *arg)
 
 static void teardown(xseg_t *xs, int call_driver)
 {
+    xseg_monitor_fini(xs);
     xstreams_fini(xs, call_driver && xs->dctx);
     if (xs->class_of)
         xsmall_fini(xs);
@@ -274,6 +287,24 @@ static void escalate(xseg_t *xs, unsigned attempt)
     xseg_reclaim(xs, SIZE_MAX, 1);
 }
 
+static const char *oom_hint(const xseg_t *xs)
+{
+    if (xs->cap != SIZE_MAX)
+        return "raise max_mapped / memory_fraction, or free memory";
+    return "free memory, call xseg_trim on other allocators, or lower other processes' use";
+}
+
+static void oom_notify(xseg_t *xs, size_t size, const xseg_stats *st, size_t device_free)
+{
+    xseg_hist(xs, XEV_OOM, 0, size, NULL);
+    if (!xs->oom_cb)
+        return;
+    xseg_oom_info info = {xs->device, size, xs->allocated.cur, xs->mapped.cur,
+                          st->cached_bytes.current, xs->cap == SIZE_MAX ? 0 : xs->cap,
+                          st->largest_free_block, device_free, oom_hint(xs), xseg_last_error()};
+    xs->oom_cb(&info, xs->oom_user);
+}
+
 static xseg_status oom_report(xseg_t *xs, size_t size)
 {
     char r[32], a[32], m[32], c[32], cp[32], l[32], f[32];
@@ -282,18 +313,28 @@ static xseg_status oom_report(xseg_t *xs, size_t size)
     xseg_fill_stats(xs, &st);
     xs->drv->mem_info(xs->dctx, &fr, &total);
     xs->ooms++;
-    return xseg_fail(xs, XSEG_ERR_OOM,
-                     "xseg: out of memory on device %d: requested %s (%zu B); in use %s, "
-                     "mapped %s, cached %s, cap %s, largest free block %s, device free %s; "
-                     "hint: %s", xs->device, xseg_fmt_size(size, r, sizeof r), size,
-                     xseg_fmt_size(xs->allocated.cur, a, sizeof a),
-                     xseg_fmt_size(xs->mapped.cur, m, sizeof m),
-                     xseg_fmt_size(st.cached_bytes.current, c, sizeof c),
-                     xs->cap == SIZE_MAX ? "none" : xseg_fmt_size(xs->cap, cp, sizeof cp),
-                     xseg_fmt_size(st.largest_free_block, l, sizeof l),
-                     xseg_fmt_size(fr, f, sizeof f),
-                     xs->cap != SIZE_MAX ? "raise max_mapped / memory_fraction, or free memory"
-                                         : "free memory, or lower other processes' use");
+    xseg_fail(xs, XSEG_ERR_OOM,
+              "xseg: out of memory on device %d: requested %s (%zu B); in use %s, "
+              "mapped %s, cached %s, cap %s, largest free block %s, device free %s; hint: %s",
+              xs->device, xseg_fmt_size(size, r, sizeof r), size,
+              xseg_fmt_size(xs->allocated.cur, a, sizeof a),
+              xseg_fmt_size(xs->mapped.cur, m, sizeof m),
+              xseg_fmt_size(st.cached_bytes.current, c, sizeof c),
+              xs->cap == SIZE_MAX ? "none" : xseg_fmt_size(xs->cap, cp, sizeof cp),
+              xseg_fmt_size(st.largest_free_block, l, sizeof l), xseg_fmt_size(fr, f, sizeof f),
+              oom_hint(xs));
+    oom_notify(xs, size, &st, fr);
+    return XSEG_ERR_OOM;
+}
+
+xseg_status xseg_set_oom_callback(xseg_t *xs, xseg_oom_callback cb, void *user)
+{
+    CHECK_XS(xs);
+    pthread_mutex_lock(&xs->lock);
+    xs->oom_cb = cb;
+    xs->oom_user = user;
+    pthread_mutex_unlock(&xs->lock);
+    return XSEG_OK;
 }
 
 static void count_alloc(xseg_t *xs, size_t block, size_t size)
@@ -331,10 +372,13 @@ xseg_status xseg_alloc(xseg_t *xs, size_t size, void *stream, void **out)
             escalate(xs, attempt + 1);
         }
     }
-    if (st == XSEG_OK)
+    if (st == XSEG_OK) {
         count_alloc(xs, block, size);
-    else if (st == XSEG_ERR_OOM)
+        xseg_hist(xs, XEV_ALLOC, (uintptr_t)*out, size, stream);
+        xseg_shm(xs);
+    } else if (st == XSEG_ERR_OOM) {
         oom_report(xs, size);
+    }
     pthread_mutex_unlock(&xs->lock);
     return st;
 }
@@ -410,6 +454,8 @@ xseg_status xseg_free(xseg_t *xs, void *ptr)
         }
         if (!u)
             xseg_release_user(xs, addr, tag);
+        xseg_hist(xs, XEV_FREE, addr, req, NULL);
+        xseg_shm(xs);
     }
     pthread_mutex_unlock(&xs->lock);
     return st;
@@ -474,6 +520,8 @@ xseg_status xseg_trim(xseg_t *xs, size_t keep, size_t *released)
         xseg_reclaim(xs, cached - keep, 1);
     if (released)
         *released = (size_t)(xs->released - before);
+    xseg_hist(xs, XEV_TRIM, 0, (size_t)(xs->released - before), NULL);
+    xseg_shm(xs);
     pthread_mutex_unlock(&xs->lock);
     return XSEG_OK;
 }

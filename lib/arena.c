@@ -140,6 +140,7 @@ static xseg_status map_run(xseg_t *xs, size_t p0, size_t p1, size_t request)
         xbm_set(ar->mapped_bits, p, p + n, 1);
         xcnt_add(&xs->mapped, bytes);
         xcnt_add(&xs->handles, 1);
+        xseg_hist(xs, XEV_MAP, va, bytes, NULL);
         p += n;
     }
     if (rc == XDRV_SUCCESS && p > p0) {
@@ -196,6 +197,7 @@ static void unmap_release_run(xseg_t *xs, size_t p0, size_t p1, int *err)
         *err = rc;
         return; /* still mapped: state stays consistent, retried later */
     }
+    xseg_hist(xs, XEV_UNMAP, va, (p1 - p0) << ar->shift, NULL);
     size_t p = p0;
     while (p < p1) {
         uint32_t slot = ar->page_handle[p];

@@ -158,7 +158,36 @@ struct xseg {
     uint64_t drv_errors, alloc_calls, free_calls, retries, ooms, syncs;
     uint64_t gc_runs, trims, released, deferred;
     uint64_t peak_alloc_ever; /* peak allocated bytes, never reset (budget) */
+    /* monitoring (history.c, shm.c) */
+    void *hist;           /* event ring buffer, NULL when history is off */
+    void *shm;            /* live-stats publication, NULL when stats_shm is off */
+    xseg_oom_callback oom_cb;
+    void *oom_user;
 };
+
+/* ---- monitoring hooks (history.c, shm.c), called with the lock held ---- */
+typedef enum xev_kind {
+    XEV_ALLOC = 0, XEV_FREE, XEV_MAP, XEV_UNMAP, XEV_TRIM, XEV_OOM
+} xev_kind;
+void xseg_hist_add(xseg_t *xs, xev_kind kind, uintptr_t addr, size_t size, void *stream);
+static inline void xseg_hist(xseg_t *xs, xev_kind kind, uintptr_t addr, size_t size, void *stream)
+{
+    if (xs->hist)
+        xseg_hist_add(xs, kind, addr, size, stream);
+}
+void xseg_shm_update(xseg_t *xs);
+static inline void xseg_shm(xseg_t *xs)
+{
+    if (xs->shm)
+        xseg_shm_update(xs);
+}
+/* Set up / tear down history and stats_shm per the conf. */
+xseg_status xseg_monitor_init(xseg_t *xs);
+void xseg_monitor_fini(xseg_t *xs);
+
+/* Create an allocator over a given driver table (fault injection in tests). */
+xseg_status xseg_create_with_driver(xseg_t **out, int device, const char *conf,
+                                    const xseg_driver *drv);
 
 /* ---- error.c ---- */
 xseg_status xseg_fail(xseg_t *xs, xseg_status st, const char *fmt, ...)
