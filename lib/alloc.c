@@ -147,21 +147,22 @@ static xblock *coalesce(xseg_t *xs, xblock *b, int to_lru)
 
 /* ---- reclaim ---- */
 
-/* Unmap the whole handles inside a free block once the GPU is done with
- * it; the block then becomes neutral.  Returns bytes released. */
-static size_t reclaim_block(xseg_t *xs, xblock *b)
+/* Unmap whole handles inside a free block (at least `want` bytes, or all)
+ * once the GPU is done with it.  A block left with nothing to release
+ * leaves the LRU and becomes neutral.  Returns bytes released. */
+static size_t reclaim_block(xseg_t *xs, xblock *b, size_t want)
 {
     int err = 0;
-    size_t got = xarena_release_inside(xs, b->addr, b->addr + b->size, &err);
-    if (err)
-        return got; /* driver refused: keep it as it is, cached */
+    size_t got = xarena_release_inside(xs, b->addr, b->addr + b->size, want, &err);
+    if (err || got >= want)
+        return got; /* refused, or enough: the rest stays cached */
     lru_remove(xs, b);
     if (b->owner) {
         free_remove(xs, b);
         b->owner = NULL;
         b = coalesce(xs, b, 0);
         /* Pages shared with neutral neighbours are whole inside it now. */
-        got += xarena_release_inside(xs, b->addr, b->addr + b->size, &err);
+        got += xarena_release_inside(xs, b->addr, b->addr + b->size, want - got, &err);
     }
     return got;
 }
@@ -184,7 +185,7 @@ size_t xseg_reclaim(xseg_t *xs, size_t want, int block)
             continue;
         }
         size_t before = got;
-        got += reclaim_block(xs, b);
+        got += reclaim_block(xs, b, want - got);
         if (got == before && (b->flags & XB_LRU))
             lru_remove(xs, b); /* driver error: stop retrying this one now */
     }
@@ -484,7 +485,7 @@ void xblk_free(xseg_t *xs, xblock *b)
     b->stamp = ++xs->stamp;
     b = coalesce(xs, b, 1);
     if (!xs->conf.caching && (!b->owner || xstream_done(xs, b->owner, b->epoch, 1)))
-        reclaim_block(xs, b);
+        reclaim_block(xs, b, SIZE_MAX);
 }
 
 /* Real release of a user allocation (its stream uses, if any, are done). */

@@ -216,14 +216,14 @@ static void unmap_release_run(xseg_t *xs, size_t p0, size_t p1, int *err)
     xbm_set(ar->mapped_bits, p0, p1, 0);
 }
 
-size_t xarena_release_inside(xseg_t *xs, uintptr_t a, uintptr_t b, int *err)
+size_t xarena_release_inside(xseg_t *xs, uintptr_t a, uintptr_t b, size_t limit, int *err)
 {
     xarena *ar = &xs->arena;
     size_t q0 = ((a - ar->base) + ar->page - 1) >> ar->shift;
     size_t q1 = (b - ar->base) >> ar->shift;
     size_t before = xs->mapped.cur, run0 = 0, run1 = 0;
-    size_t p = q0 < q1 ? xbm_next(ar->mapped_bits, q0, q1, 1) : q1;
-    while (p < q1) {
+    size_t p = q0 < q1 ? xbm_next(ar->mapped_bits, q0, q1, 1) : q1, taken = 0;
+    while (p < q1 && taken < limit) {
         xhandle *h = handle_at(ar, p);
         size_t end = (size_t)h->first_page + h->npages;
         if (h->first_page >= q0 && end <= q1) {
@@ -232,6 +232,7 @@ size_t xarena_release_inside(xseg_t *xs, uintptr_t a, uintptr_t b, int *err)
                 run0 = h->first_page;
             }
             run1 = end;
+            taken += (size_t)h->npages << ar->shift;
         }
         p = end < q1 ? xbm_next(ar->mapped_bits, end, q1, 1) : q1;
     }

@@ -227,8 +227,9 @@ xseg_status xarena_ensure(xseg_t *xs, uintptr_t a, uintptr_t b, size_t request);
 void xarena_split_edges(xseg_t *xs, uintptr_t a, uintptr_t b, uintptr_t lo, uintptr_t hi, int *err);
 /* Bytes of pages under [a, b) not yet mapped. */
 size_t xarena_unmapped_bytes(const xseg_t *xs, uintptr_t a, uintptr_t b);
-/* Unmap and release every handle lying wholly inside [a, b).  Returns bytes. */
-size_t xarena_release_inside(xseg_t *xs, uintptr_t a, uintptr_t b, int *err);
+/* Unmap and release the handles lying wholly inside [a, b), lowest first,
+ * until at least `limit` bytes are released.  Returns bytes. */
+size_t xarena_release_inside(xseg_t *xs, uintptr_t a, uintptr_t b, size_t limit, int *err);
 
 /* ---- streams.c ---- */
 xstream *xstream_get(xseg_t *xs, void *handle);

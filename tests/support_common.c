@@ -1,0 +1,113 @@
+/* support_common.c: helpers shared by the Check suites (see the header). */
+#include "support_common.h"
+
+#include <setjmp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+xseg_t *t_host(const char *extra)
+{
+    char conf[512];
+    snprintf(conf, sizeof conf, "backend:host%s%s", extra && *extra ? "," : "", extra ? extra : "");
+    xseg_t *xs = NULL;
+    xseg_status st = xseg_create(&xs, 0, conf);
+    ck_assert_msg(st == XSEG_OK, "xseg_create(%s): %s", conf, xseg_last_error());
+    return xs;
+}
+
+xseg_stats t_stats(xseg_t *xs)
+{
+    xseg_stats s = {.size = sizeof s};
+    ck_assert_int_eq(xseg_get_stats(xs, &s), XSEG_OK);
+    return s;
+}
+
+void *t_host_ctx(xseg_t *xs)
+{
+    return xs->dctx;
+}
+
+static inline uint64_t word_of(uint32_t seed, size_t off)
+{
+    uint64_t x = ((uint64_t)seed << 32) ^ (off * 0x9E3779B97F4A7C15ull);
+    x ^= x >> 29;
+    return x * 0xBF58476D1CE4E5B9ull;
+}
+
+#define T_STEP (64u << 10)
+
+static void put(unsigned char *p, size_t n, size_t off, uint32_t seed)
+{
+    uint64_t w = word_of(seed, off);
+    size_t k = n - off < 8 ? n - off : 8;
+    memcpy(p + off, &w, k);
+}
+
+static int ok_at(const unsigned char *p, size_t n, size_t off, uint32_t seed)
+{
+    uint64_t w = word_of(seed, off);
+    size_t k = n - off < 8 ? n - off : 8;
+    return memcmp(p + off, &w, k) == 0;
+}
+
+/* Grid points every 64 KiB, then the last 8 bytes, never overlapping. */
+static size_t grid_end(size_t n)
+{
+    return n > 16 ? n - 16 : 1;
+}
+
+void t_fill(void *p, size_t n, uint32_t seed)
+{
+    for (size_t off = 0; off < grid_end(n); off += T_STEP)
+        put(p, n, off, seed);
+    if (n > 16)
+        put(p, n, n - 8, seed);
+}
+
+int t_check(const void *p, size_t n, uint32_t seed)
+{
+    for (size_t off = 0; off < grid_end(n); off += T_STEP)
+        if (!ok_at(p, n, off, seed))
+            return 0;
+    return n <= 16 || ok_at(p, n, n - 8, seed);
+}
+
+static sigjmp_buf probe_env;
+
+static void on_fault(int sig)
+{
+    siglongjmp(probe_env, sig);
+}
+
+int t_faults(const void *p)
+{
+    struct sigaction sa, old_segv, old_bus;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_fault;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &old_segv);
+    sigaction(SIGBUS, &sa, &old_bus);
+    int faulted = 0;
+    if (sigsetjmp(probe_env, 1) == 0) {
+        volatile unsigned char c = *(volatile const unsigned char *)p;
+        (void)c;
+    } else {
+        faulted = 1;
+    }
+    sigaction(SIGSEGV, &old_segv, NULL);
+    sigaction(SIGBUS, &old_bus, NULL);
+    return faulted;
+}
+
+int t_run(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,248 @@
+/* test_policy.c: stream-ordered reuse and record_stream deferral, out of
+ * memory with retry and its message, caps, GC and release thresholds,
+ * trim, on the host backend (events held pending through its controls). */
+#include <string.h>
+
+#include "driver_host.h"
+#include "support_common.h"
+
+#define S1 ((void *)(uintptr_t)0x1001)
+#define S2 ((void *)(uintptr_t)0x1002)
+
+START_TEST(same_stream_reuses_at_once)
+{
+    xseg_t *xs = t_host(NULL);
+    void *p, *q, *r;
+    ck_assert_int_eq(xseg_alloc(xs, 8 * MiB, S1, &p), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, p), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 8 * MiB, S2, &q), XSEG_OK);
+    ck_assert_ptr_ne(p, q); /* another stream never gets S1's cached block */
+    ck_assert_int_eq(xseg_alloc(xs, 8 * MiB, S1, &r), XSEG_OK);
+    ck_assert_ptr_eq(p, r);
+    /* small slots too */
+    void *a, *b;
+    ck_assert_int_eq(xseg_alloc(xs, 700, S1, &a), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 700, S2, &b), XSEG_OK);
+    ck_assert_ptr_ne(a, b);
+    ck_assert_int_eq(xseg_free(xs, b), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 700, S1, &b), XSEG_OK);
+    ck_assert_ptr_eq(a, b);
+    xseg_destroy(xs);
+}
+END_TEST
+
+static void deferred_case(size_t size)
+{
+    xseg_t *xs = t_host(NULL);
+    void *h = t_host_ctx(xs);
+    void *p, *q, *r;
+    ck_assert_int_eq(xseg_alloc(xs, size, S1, &p), XSEG_OK);
+    ck_assert_int_eq(xseg_record_stream(xs, p, S2), XSEG_OK);
+    ck_assert_int_eq(xseg_record_stream(xs, p, S1), XSEG_OK); /* own stream: no-op */
+    xseg_host_hold_stream(h, S2, 1); /* a kernel on S2 still uses p */
+    ck_assert_int_eq(xseg_free(xs, p), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, p), XSEG_ERR_DOUBLE_FREE);
+    ck_assert_uint_eq(t_stats(xs).deferred_frees, 1);
+    ck_assert_int_eq(xseg_alloc(xs, size, S1, &q), XSEG_OK);
+    ck_assert_ptr_ne(p, q); /* not reused while S2's event is pending */
+    ck_assert_int_eq(xseg_free(xs, q), XSEG_OK);
+    xseg_host_hold_stream(h, S2, 0); /* the kernel finished */
+    ck_assert_int_eq(xseg_alloc(xs, size, S1, &r), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, size, S1, &q), XSEG_OK);
+    ck_assert_msg(r == p || q == p, "block not reused after the event completed");
+    xseg_destroy(xs);
+}
+
+START_TEST(record_stream_defers_large)
+{
+    deferred_case(8 * MiB);
+}
+END_TEST
+
+START_TEST(record_stream_defers_small)
+{
+    deferred_case(1000);
+}
+END_TEST
+
+START_TEST(trim_waits_for_pending_uses)
+{
+    xseg_t *xs = t_host(NULL);
+    void *h = t_host_ctx(xs);
+    void *p;
+    ck_assert_int_eq(xseg_alloc(xs, 4 * MiB, S1, &p), XSEG_OK);
+    ck_assert_int_eq(xseg_record_stream(xs, p, S2), XSEG_OK);
+    xseg_host_hold_stream(h, S2, 1);
+    ck_assert_int_eq(xseg_free(xs, p), XSEG_OK);
+    uint64_t syncs = xseg_host_sync_count(h);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK); /* waits on S2's event */
+    ck_assert_uint_gt(xseg_host_sync_count(h), syncs);
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
+    ck_assert(t_faults(p));
+    xseg_host_hold_stream(h, S2, 0);
+    xseg_destroy(xs);
+}
+END_TEST
+
+START_TEST(oom_reports_numbers_and_recovers)
+{
+    xseg_t *xs = t_host("host_capacity:64MB");
+    void *a, *b;
+    ck_assert_int_eq(xseg_alloc(xs, 40 * MiB, S1, &a), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 40 * MiB, S1, &b), XSEG_ERR_OOM);
+    ck_assert_ptr_null(b);
+    const char *m = xseg_last_error();
+    ck_assert_msg(strstr(m, "requested 40.00 MiB") && strstr(m, "in use 40.00 MiB") &&
+                      strstr(m, "mapped 40.00 MiB") && strstr(m, "cached") && strstr(m, "cap") &&
+                      strstr(m, "device free 24.00 MiB"),
+                  "message lacks numbers: %s", m);
+    xseg_stats s = t_stats(xs);
+    ck_assert_uint_eq(s.ooms, 1);
+    ck_assert_uint_eq(s.alloc_retries, 2); /* alloc_retries:3 = two more attempts */
+    ck_assert_uint_eq(s.mapped_bytes.current, 40 * MiB); /* failed attempt left nothing */
+    ck_assert_uint_eq(s.allocated_bytes.current, 40 * MiB);
+    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 40 * MiB, S1, &b), XSEG_OK);
+    xseg_destroy(xs);
+}
+END_TEST
+
+START_TEST(oom_retry_reclaims_other_streams_cache)
+{
+    xseg_t *xs = t_host("host_capacity:64MB");
+    void *h = t_host_ctx(xs);
+    void *a, *b;
+    ck_assert_int_eq(xseg_alloc(xs, 48 * MiB, S1, &a), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK); /* cached for S1 */
+    xseg_host_hold_stream(h, S1, 1);             /* S1 still busy */
+    uint64_t syncs = xseg_host_sync_count(h);
+    ck_assert_int_eq(xseg_alloc(xs, 48 * MiB, S2, &b), XSEG_OK);
+    xseg_stats s = t_stats(xs);
+    ck_assert_uint_ge(s.alloc_retries, 1);
+    ck_assert_uint_gt(xseg_host_sync_count(h), syncs); /* waited for S1 first */
+    ck_assert_uint_eq(s.mapped_bytes.current, 48 * MiB);
+    xseg_host_hold_stream(h, S1, 0);
+    xseg_destroy(xs);
+    /* With one attempt only, the same request fails. */
+    xs = t_host("host_capacity:64MB,alloc_retries:1");
+    h = t_host_ctx(xs);
+    ck_assert_int_eq(xseg_alloc(xs, 48 * MiB, S1, &a), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
+    xseg_host_hold_stream(h, S1, 1);
+    ck_assert_int_eq(xseg_alloc(xs, 48 * MiB, S2, &b), XSEG_ERR_OOM);
+    xseg_host_hold_stream(h, S1, 0);
+    ck_assert_uint_eq(t_stats(xs).alloc_retries, 0);
+    xseg_destroy(xs);
+}
+END_TEST
+
+START_TEST(caps_hold)
+{
+    xseg_t *xs = t_host("max_mapped:32MB");
+    void *a, *b;
+    ck_assert_int_eq(xseg_alloc(xs, 30 * MiB, S1, &a), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 4 * MiB, S1, &b), XSEG_ERR_OOM);
+    ck_assert_ptr_nonnull(strstr(xseg_last_error(), "cap 32.00 MiB"));
+    ck_assert_uint_eq(t_stats(xs).mapped_cap, 32 * MiB);
+    ck_assert_uint_le(t_stats(xs).mapped_bytes.peak, 32 * MiB);
+    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 32 * MiB, S2, &b), XSEG_OK); /* cache reclaimed */
+    ck_assert_uint_le(t_stats(xs).mapped_bytes.peak, 32 * MiB);
+    xseg_destroy(xs);
+    xs = t_host("host_capacity:64MB,memory_fraction:0.5");
+    ck_assert_uint_eq(t_stats(xs).mapped_cap, 32 * MiB);
+    ck_assert_int_eq(xseg_alloc(xs, 34 * MiB, S1, &a), XSEG_ERR_OOM);
+    ck_assert_int_eq(xseg_alloc(xs, 32 * MiB, S1, &a), XSEG_OK);
+    xseg_destroy(xs);
+}
+END_TEST
+
+START_TEST(gc_threshold_releases_oldest)
+{
+    xseg_t *xs = t_host("max_mapped:64MB,gc_threshold:0.5,release_threshold:unlimited");
+    void *a, *b, *c;
+    ck_assert_int_eq(xseg_alloc(xs, 12 * MiB, S1, &a), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 2 * MiB, S1, &c), XSEG_OK); /* keeps a, b apart */
+    ck_assert_int_eq(xseg_alloc(xs, 12 * MiB, S1, &b), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);                 /* oldest */
+    ck_assert_int_eq(xseg_free(xs, b), XSEG_OK);
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 26 * MiB);
+    void *d;
+    ck_assert_int_eq(xseg_alloc(xs, 16 * MiB, S2, &d), XSEG_OK); /* 42 MiB > 32: GC */
+    xseg_stats s = t_stats(xs);
+    ck_assert_uint_eq(s.gc_runs, 1);
+    /* 42 - 32 = 10 MiB released, from the oldest free block (a); b kept */
+    ck_assert_uint_eq(s.mapped_bytes.current, 32 * MiB);
+    ck_assert_uint_eq(s.released_bytes, 10 * MiB);
+    ck_assert(t_faults(a));
+    ck_assert(!t_faults((char *)a + 10 * MiB));
+    ck_assert(!t_faults(b));
+    xseg_destroy(xs);
+}
+END_TEST
+
+static size_t mapped_after_cross_stream(const char *conf)
+{
+    xseg_t *xs = t_host(conf);
+    void *a, *b;
+    ck_assert_int_eq(xseg_alloc(xs, 32 * MiB, S1, &a), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 16 * MiB, S2, &b), XSEG_OK);
+    size_t m = t_stats(xs).mapped_bytes.current;
+    xseg_destroy(xs);
+    return m;
+}
+
+START_TEST(release_thresholds)
+{
+    /* auto: mapped stays under the peak live bytes (32 MiB): 16 released */
+    ck_assert_uint_eq(mapped_after_cross_stream(NULL), 32 * MiB);
+    ck_assert_uint_eq(mapped_after_cross_stream("release_threshold:unlimited"), 48 * MiB);
+    ck_assert_uint_eq(mapped_after_cross_stream("release_threshold:8MB"), 24 * MiB);
+    ck_assert_uint_eq(mapped_after_cross_stream("release_threshold:0"), 16 * MiB);
+}
+END_TEST
+
+START_TEST(trim_keeps_requested_cache)
+{
+    xseg_t *xs = t_host(NULL);
+    void *p[4];
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(xseg_alloc(xs, 8 * MiB, S1, &p[i]), XSEG_OK);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(xseg_free(xs, p[i]), XSEG_OK);
+    size_t rel = 0;
+    ck_assert_int_eq(xseg_trim(xs, 8 * MiB, &rel), XSEG_OK);
+    xseg_stats s = t_stats(xs);
+    ck_assert_uint_le(s.mapped_bytes.current, 8 * MiB);
+    ck_assert_uint_eq(rel, 32 * MiB - s.mapped_bytes.current);
+    ck_assert_uint_eq(s.trims, 1);
+    xseg_destroy(xs);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("policy");
+    TCase *tc = tcase_create("streams");
+    tcase_add_test(tc, same_stream_reuses_at_once);
+    tcase_add_test(tc, record_stream_defers_large);
+    tcase_add_test(tc, record_stream_defers_small);
+    tcase_add_test(tc, trim_waits_for_pending_uses);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("memory");
+    tcase_add_test(tc, oom_reports_numbers_and_recovers);
+    tcase_add_test(tc, oom_retry_reclaims_other_streams_cache);
+    tcase_add_test(tc, caps_hold);
+    tcase_add_test(tc, gc_threshold_releases_oldest);
+    tcase_add_test(tc, release_thresholds);
+    tcase_add_test(tc, trim_keeps_requested_cache);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return t_run(suite());
+}
