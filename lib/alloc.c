@@ -163,6 +163,8 @@ static size_t reclaim_block(xseg_t *xs, xblock *b, size_t want)
         b = coalesce(xs, b, 0);
         /* Pages shared with neutral neighbours are whole inside it now. */
         got += xarena_release_inside(xs, b->addr, b->addr + b->size, want - got, &err);
+        if ((err || got >= want) && !(b->flags & XB_LRU))
+            lru_push(xs, b); /* may still hold mapped pages: stays reclaimable */
     }
     return got;
 }
@@ -171,6 +173,8 @@ size_t xseg_reclaim(xseg_t *xs, size_t want, int block)
 {
     size_t got = 0;
     xblock *skipped = NULL, *skipped_tail = NULL;
+    if (xs->arena.norphans)
+        xarena_release_orphans(xs);
     while (got < want && xs->lru_head) {
         xblock *b = xs->lru_head;
         if (b->owner && !xstream_done(xs, b->owner, b->epoch, block)) {
@@ -187,7 +191,7 @@ size_t xseg_reclaim(xseg_t *xs, size_t want, int block)
         size_t before = got;
         got += reclaim_block(xs, b, want - got);
         if (got == before && (b->flags & XB_LRU))
-            lru_remove(xs, b); /* driver error: stop retrying this one now */
+            break; /* the driver refused: it stays cached, retried next time */
     }
     /* Put the skipped blocks back at the head, in their order. */
     if (skipped) {
@@ -242,19 +246,29 @@ static size_t new_pages(const xseg_t *xs, const xblock *b, uintptr_t at, size_t 
     return n;
 }
 
+/* Cost of a placement: pages to map first (driver work and memory), then
+ * pages touched that no neighbour shares (fragmentation). */
+static size_t place_cost(const xseg_t *xs, const xblock *b, uintptr_t at, size_t size)
+{
+    size_t unmapped = xarena_unmapped_bytes(xs, at, at + size) >> xs->arena.shift;
+    return (unmapped << 24) + new_pages(xs, b, at, size);
+}
+
 /* Where in free block b to put `size` bytes: at its start (packing against
  * the block before), at its end (packing against the block after), or at
- * the first page boundary; whichever touches the fewest new pages. */
+ * the first page boundary; whichever costs least (ties: the start). */
 static uintptr_t place(const xseg_t *xs, const xblock *b, size_t size)
 {
     size_t p = xs->arena.page;
     uintptr_t best = b->addr, end = b->addr + b->size;
-    size_t cost = new_pages(xs, b, best, size);
+    if (b->size == size)
+        return best;
+    size_t cost = place_cost(xs, b, best, size);
     uintptr_t cand[2] = {(b->addr + p - 1) & ~(uintptr_t)(p - 1), end - size};
     for (int i = 0; i < 2; i++) {
         if (cand[i] < b->addr || cand[i] + size > end || cand[i] == best)
             continue;
-        size_t c = new_pages(xs, b, cand[i], size);
+        size_t c = place_cost(xs, b, cand[i], size);
         if (c < cost) {
             cost = c;
             best = cand[i];
@@ -423,19 +437,29 @@ static const xblock *idle_free(xseg_t *xs, const xblock *n)
 
 /* Large handles that the new block b only partly covers are split (see
  * xarena_split_edges) when everything else they back is idle free space. */
+/* 1 if the handle behind page p is larger than a page and backs pages
+ * outside [pa, pb], the pages block [a, e) touches. */
+static int straddles(const xarena *ar, size_t p, size_t pa, size_t pb)
+{
+    uint32_t h = ar->page_handle[p];
+    if (!h || ar->handles[h].npages == 1)
+        return 0;
+    size_t first = ar->handles[h].first_page;
+    return first < pa || first + ar->handles[h].npages > pb + 1;
+}
+
 static void split_large(xseg_t *xs, xblock *b, xstream *from, uint64_t epoch)
 {
     xarena *ar = &xs->arena;
-    size_t pa = (b->addr - ar->base) >> ar->shift, pb = (b->addr + b->size - 1 - ar->base) >> ar->shift;
-    uint32_t ha = ar->page_handle[pa], hb = ar->page_handle[pb];
-    if ((!ha || ar->handles[ha].npages == 1) && (!hb || ar->handles[hb].npages == 1))
+    uintptr_t a = b->addr, e = b->addr + b->size;
+    size_t pa = (a - ar->base) >> ar->shift, pb = (e - 1 - ar->base) >> ar->shift;
+    if (!straddles(ar, pa, pa, pb) && !straddles(ar, pb, pa, pb))
         return;
     if (from && !xstream_done(xs, from, epoch, 0))
         return;
     const xblock *p = idle_free(xs, b->aprev), *n = idle_free(xs, b->anext);
     int err = 0;
-    xarena_split_edges(xs, b->addr, b->addr + b->size, p ? p->addr : b->addr,
-                       n ? n->addr + n->size : b->addr + b->size, &err);
+    xarena_split_edges(xs, a, e, p ? p->addr : a, n ? n->addr + n->size : e, &err);
 }
 
 static xseg_status ensure_mapped(xseg_t *xs, xblock *b, size_t request)

@@ -515,6 +515,7 @@ xseg_status xseg_trim(xseg_t *xs, size_t keep, size_t *released)
     xs->trims++;
     xpending_process(xs, 1);
     xsmall_drop_empty(xs);
+    xarena_release_orphans(xs); /* handles whose release failed before */
     size_t cached = xs->mapped.cur > xs->allocated.cur ? xs->mapped.cur - xs->allocated.cur : 0;
     if (cached > keep)
         xseg_reclaim(xs, cached - keep, 1);

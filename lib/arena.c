@@ -105,6 +105,37 @@ static size_t handle_pages(const xseg_t *xs, size_t request, size_t remaining)
 
 static void unmap_release_run(xseg_t *xs, size_t p0, size_t p1, int *err);
 
+/* A handle whose release failed is kept and released again later (next
+ * reclaim, destroy): never forgotten, so never leaked.  It still counts
+ * in xs->handles until then. */
+static void orphan_keep(xseg_t *xs, uint64_t h)
+{
+    xarena *ar = &xs->arena;
+    if (ar->norphans == ar->orphan_cap) {
+        uint32_t cap = ar->orphan_cap ? ar->orphan_cap * 2 : 8;
+        uint64_t *o = realloc(ar->orphans, cap * sizeof *o);
+        if (!o)
+            return; /* no host memory: nothing better to do */
+        ar->orphans = o;
+        ar->orphan_cap = cap;
+    }
+    ar->orphans[ar->norphans++] = h;
+}
+
+void xarena_release_orphans(xseg_t *xs)
+{
+    xarena *ar = &xs->arena;
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < ar->norphans; i++) {
+        uint64_t h = ar->orphans[i];
+        if (xseg_drv_count(xs, XSEG_OP_RELEASE, xs->drv->release(xs->dctx, h)) == XDRV_SUCCESS)
+            xcnt_sub(&xs->handles, 1);
+        else
+            ar->orphans[kept++] = h;
+    }
+    ar->norphans = kept;
+}
+
 /* Map pages [p0, p1), all unmapped, then one set_access over the run. */
 static xseg_status map_run(xseg_t *xs, size_t p0, size_t p1, size_t request)
 {
@@ -130,7 +161,10 @@ static xseg_status map_run(xseg_t *xs, size_t p0, size_t p1, size_t request)
         rc = xseg_drv_count(xs, XSEG_OP_MAP, xs->drv->map(xs->dctx, va, bytes, h));
         if (rc != XDRV_SUCCESS) {
             failed = XSEG_OP_MAP;
-            xseg_drv_count(xs, XSEG_OP_RELEASE, xs->drv->release(xs->dctx, h));
+            if (xseg_drv_count(xs, XSEG_OP_RELEASE, xs->drv->release(xs->dctx, h)) != XDRV_SUCCESS) {
+                xcnt_add(&xs->handles, 1);
+                orphan_keep(xs, h);
+            }
             handle_slot_put(ar, slot);
             break;
         }
@@ -204,12 +238,15 @@ static void unmap_release_run(xseg_t *xs, size_t p0, size_t p1, int *err)
         xhandle h = ar->handles[slot];
         size_t bytes = (size_t)h.npages << ar->shift;
         rc = xseg_drv_count(xs, XSEG_OP_RELEASE, xs->drv->release(xs->dctx, h.drv));
-        if (rc != XDRV_SUCCESS)
+        if (rc != XDRV_SUCCESS) {
             *err = rc;
+            orphan_keep(xs, h.drv);
+        } else {
+            xcnt_sub(&xs->handles, 1);
+        }
         memset(&ar->page_handle[p], 0, h.npages * sizeof(uint32_t));
         handle_slot_put(ar, slot);
         xcnt_sub(&xs->mapped, bytes);
-        xcnt_sub(&xs->handles, 1);
         xs->released += bytes;
         p += h.npages;
     }
@@ -251,7 +288,9 @@ static void split_one(xseg_t *xs, size_t p, uintptr_t a, uintptr_t b, uintptr_t 
     xhandle *h = handle_at(ar, p);
     uintptr_t hs = ar->base + ((uintptr_t)h->first_page << ar->shift);
     uintptr_t he = hs + ((uintptr_t)h->npages << ar->shift);
-    if (h->npages > 1 && (hs < a || he > b) && hs >= lo && he <= hi)
+    uintptr_t ps = ar->base + (((a - ar->base) >> ar->shift) << ar->shift);
+    uintptr_t pe = ar->base + ((((b - 1 - ar->base) >> ar->shift) + 1) << ar->shift);
+    if (h->npages > 1 && (hs < ps || he > pe) && hs >= lo && he <= hi)
         unmap_release_run(xs, h->first_page, (size_t)h->first_page + h->npages, err);
 }
 
@@ -274,6 +313,7 @@ void xarena_fini(xseg_t *xs, int call_driver)
             unmap_release_run(xs, h->first_page, end, &err);
             p = xbm_next(ar->mapped_bits, end, ar->npages, 1);
         }
+        xarena_release_orphans(xs);
         xseg_drv_count(xs, XSEG_OP_ADDRESS_FREE, xs->drv->address_free(xs->dctx, ar->base, ar->size));
     }
     if (ar->base) {
@@ -284,5 +324,6 @@ void xarena_fini(xseg_t *xs, int call_driver)
     free(ar->mapped_bits);
     free(ar->handles);
     free(ar->handle_free);
+    free(ar->orphans);
     memset(ar, 0, sizeof *ar);
 }

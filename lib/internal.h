@@ -20,7 +20,7 @@
 #define XSEG_SL_COUNT (1u << XSEG_SL_BITS)
 #define XSEG_MAX_CLASSES 64
 /* Requests of this size or more get handles larger than a page (auto). */
-#define XSEG_BIG_REQUEST ((size_t)64 << 20)
+#define XSEG_BIG_REQUEST ((size_t)256 << 20)
 
 struct xstream;
 struct xslab;
@@ -118,6 +118,8 @@ typedef struct xarena {
     xhandle *handles;     /* index 0 unused */
     uint32_t *handle_free;/* stack of free indices */
     uint32_t nhandles, handle_cap, nfree_handles;
+    uint64_t *orphans;    /* unmapped handles whose release failed: retried */
+    uint32_t norphans, orphan_cap;
 } xarena;
 
 typedef struct xcounter_internal {
@@ -230,6 +232,8 @@ size_t xarena_unmapped_bytes(const xseg_t *xs, uintptr_t a, uintptr_t b);
 /* Unmap and release the handles lying wholly inside [a, b), lowest first,
  * until at least `limit` bytes are released.  Returns bytes. */
 size_t xarena_release_inside(xseg_t *xs, uintptr_t a, uintptr_t b, size_t limit, int *err);
+/* Release again the handles whose release failed (kept, never leaked). */
+void xarena_release_orphans(xseg_t *xs);
 
 /* ---- streams.c ---- */
 xstream *xstream_get(xseg_t *xs, void *handle);

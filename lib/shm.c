@@ -1,19 +1,271 @@
-/* shm.c: publication of live stats in /dev/shm for xseg-top (conf key
- * stats_shm).  STUB: owned by the monitoring work. */
+/* shm.c: publication of live stats for xseg-top (conf key stats_shm), and
+ * the set-up / tear-down of the monitoring state (history and stats_shm).
+ *
+ * The process's file $XSEG_SHM_DIR/xseg.<pid> (layout: shm_format.h) is made
+ * when its first publishing allocator is created and removed when the last
+ * one is destroyed (or at exit).  Each allocator claims one record; an
+ * update copies a few dozen counters into it under a seqlock: a bounded
+ * number of relaxed stores, no system call, no lock beyond the allocator's
+ * own (which the caller holds). */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
 #include "internal.h"
+#include "shm_format.h"
+
+/* history.c */
+xseg_status xseg_hist_init(xseg_t *xs);
+void xseg_hist_fini(xseg_t *xs);
+
+/* One allocator's publication. */
+typedef struct xshm {
+    xseg_shm_record *rec;
+    pid_t pid;        /* the process that claimed it (fork check) */
+    uint64_t updates;
+} xshm;
+
+/* The process's file. */
+static struct {
+    pthread_mutex_t lock;
+    pid_t pid;
+    void *base;
+    unsigned users;
+    char path[PATH_MAX];
+} g_file = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static uint64_t now_ns(clockid_t clk)
+{
+    struct timespec ts;
+    clock_gettime(clk, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void put(xseg_shm_record *r, unsigned f, uint64_t v)
+{
+    atomic_store_explicit(&r->v[f], v, memory_order_relaxed);
+}
+
+/* ---- the hot-path update ---- */
+
+static void put_counters(xseg_t *xs, xseg_shm_record *r, uint64_t updates)
+{
+    put(r, XSF_UPDATES, updates);
+    put(r, XSF_CAP, xs->cap == SIZE_MAX ? 0 : xs->cap);
+    put(r, XSF_ALLOCATED, xs->allocated.cur);
+    put(r, XSF_ALLOCATED_PEAK, xs->allocated.peak);
+    put(r, XSF_REQUESTED, xs->requested.cur);
+    put(r, XSF_ACTIVE, xs->active.cur);
+    put(r, XSF_MAPPED, xs->mapped.cur);
+    put(r, XSF_MAPPED_PEAK, xs->mapped.peak);
+    put(r, XSF_VA, xs->va.cur);
+    put(r, XSF_SEGMENTS, xs->segments.cur);
+    put(r, XSF_HANDLES, xs->handles.cur);
+    put(r, XSF_ALLOC_CALLS, xs->alloc_calls);
+    put(r, XSF_FREE_CALLS, xs->free_calls);
+    put(r, XSF_OOMS, xs->ooms);
+    put(r, XSF_RETRIES, xs->retries);
+    put(r, XSF_TRIMS, xs->trims);
+    put(r, XSF_GC_RUNS, xs->gc_runs);
+    put(r, XSF_SYNCS, xs->syncs);
+    put(r, XSF_RELEASED, xs->released);
+    put(r, XSF_DRIVER_ERRORS, xs->drv_errors);
+    put(r, XSF_DEFERRED, xs->deferred);
+    for (unsigned i = 0; i < XSEG_OP_COUNT && i < XSEG_SHM_OPS; i++)
+        put(r, XSF_DRV + i, xs->drv_calls[i]);
+}
 
 void xseg_shm_update(xseg_t *xs)
 {
-    (void)xs;
+    xshm *m = xs->shm;
+    xseg_shm_record *r = m->rec;
+    uint64_t s = atomic_load_explicit(&r->seq, memory_order_relaxed);
+    atomic_store_explicit(&r->seq, s + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    put_counters(xs, r, ++m->updates);
+    atomic_store_explicit(&r->seq, s + 2, memory_order_release);
 }
+
+/* ---- the process's file ---- */
+
+static const char *shm_dir(void)
+{
+    const char *d = getenv(XSEG_SHM_DIR_ENV);
+    return d && *d ? d : XSEG_SHM_DEFAULT_DIR;
+}
+
+static void init_header(xseg_shm_header *h)
+{
+    memset(h, 0, sizeof *h);
+    h->version = XSEG_SHM_VERSION;
+    h->header_size = sizeof *h;
+    h->record_size = sizeof(xseg_shm_record);
+    h->nslots = XSEG_SHM_SLOTS;
+    h->nfields = XSF_COUNT;
+    h->pid = (int32_t)getpid();
+    h->start_ticks = xseg_shm_start_ticks(getpid(), NULL);
+    h->created_ns = now_ns(CLOCK_REALTIME);
+    snprintf(h->comm, sizeof h->comm, "%s", program_invocation_short_name);
+    h->magic = XSEG_SHM_MAGIC;
+}
+
+/* Make the file under a temporary name, fill its header, rename it into
+ * place: a reader sees a complete file or none. */
+static xseg_status file_create(xseg_t *xs)
+{
+    char tmp[PATH_MAX + 8];
+    const char *dir = shm_dir();
+    snprintf(g_file.path, sizeof g_file.path, "%s/" XSEG_SHM_PREFIX "%d", dir, (int)getpid());
+    snprintf(tmp, sizeof tmp, "%s.tmp", g_file.path);
+    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    void *base = MAP_FAILED;
+    int err = 0;
+    if (fd < 0 || ftruncate(fd, (off_t)XSEG_SHM_FILE_SIZE) != 0)
+        err = errno;
+    else if ((base = mmap(NULL, XSEG_SHM_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
+             MAP_FAILED)
+        err = errno;
+    if (fd >= 0)
+        close(fd);
+    if (!err) {
+        init_header(base);
+        if (rename(tmp, g_file.path) != 0)
+            err = errno;
+    }
+    if (err) {
+        if (base != MAP_FAILED)
+            munmap(base, XSEG_SHM_FILE_SIZE);
+        unlink(tmp);
+        return xseg_fail(xs, XSEG_ERR_CONFIG,
+                         "xseg: stats_shm: cannot create %s (%s); set " XSEG_SHM_DIR_ENV
+                         " to a writable directory or turn stats_shm off",
+                         g_file.path, strerror(err));
+    }
+    g_file.base = base;
+    g_file.pid = getpid();
+    return XSEG_OK;
+}
+
+static void file_remove(void)
+{
+    unlink(g_file.path);
+    munmap(g_file.base, XSEG_SHM_FILE_SIZE);
+    g_file.base = NULL;
+    g_file.users = 0;
+}
+
+/* Remove the file at exit (or dlclose) even if allocators were not
+ * destroyed; a crashed process's file is cleaned up by xseg-top. */
+__attribute__((destructor)) static void file_at_exit(void)
+{
+    if (g_file.base && g_file.pid == getpid())
+        unlink(g_file.path);
+}
+
+/* A child after fork() inherits the parent's mapping: forget it (the
+ * parent's allocators are unusable in the child and never touch it). */
+static void forget_parent_file(void)
+{
+    if (g_file.base && g_file.pid != getpid()) {
+        munmap(g_file.base, XSEG_SHM_FILE_SIZE);
+        g_file.base = NULL;
+        g_file.users = 0;
+    }
+}
+
+static xseg_shm_record *claim_slot(void)
+{
+    xseg_shm_header *h = g_file.base;
+    for (uint32_t i = 0; i < h->nslots; i++) {
+        xseg_shm_record *r = xseg_shm_slot(g_file.base, h, i);
+        if (atomic_load_explicit(&r->state, memory_order_relaxed) == XSEG_SHM_FREE)
+            return r;
+    }
+    atomic_fetch_add(&h->dropped, 1);
+    return NULL;
+}
+
+/* Fixed fields and a first update, then the slot is shown (state USED). */
+static void publish_first(xseg_t *xs, xshm *m)
+{
+    xseg_shm_record *r = m->rec;
+    uint64_t backend = 0;
+    memcpy(&backend, xs->drv->name, strnlen(xs->drv->name, sizeof backend));
+    uint64_t s = atomic_load_explicit(&r->seq, memory_order_relaxed);
+    atomic_store_explicit(&r->seq, s + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    put(r, XSF_DEVICE, (uint64_t)(int64_t)xs->device);
+    put(r, XSF_GENERATION, atomic_load_explicit(&r->v[XSF_GENERATION], memory_order_relaxed) + 1);
+    put(r, XSF_BACKEND, backend);
+    put(r, XSF_CREATED_NS, now_ns(CLOCK_REALTIME));
+    put(r, XSF_DEVICE_TOTAL, xs->dev_total);
+    put(r, XSF_PAGE_SIZE, xs->arena.page);
+    put_counters(xs, r, ++m->updates);
+    atomic_store_explicit(&r->seq, s + 2, memory_order_release);
+    atomic_store_explicit(&r->state, XSEG_SHM_USED, memory_order_release);
+}
+
+/* Claim a record in the process's file (made on first use).  With every
+ * slot taken the allocator still works, unpublished; the header counts it. */
+static xseg_status shm_init(xseg_t *xs)
+{
+    xshm *m = calloc(1, sizeof *m);
+    if (!m)
+        return xseg_fail(xs, XSEG_ERR_OOM, "xseg: no host memory for stats_shm");
+    pthread_mutex_lock(&g_file.lock);
+    forget_parent_file();
+    xseg_status st = g_file.base ? XSEG_OK : file_create(xs);
+    if (st == XSEG_OK && (m->rec = claim_slot()) != NULL) {
+        m->pid = getpid();
+        g_file.users++;
+        publish_first(xs, m);
+        xs->shm = m;
+    }
+    if (st == XSEG_OK && !g_file.users)
+        file_remove();
+    pthread_mutex_unlock(&g_file.lock);
+    if (!xs->shm)
+        free(m);
+    return st;
+}
+
+static void shm_fini(xseg_t *xs)
+{
+    xshm *m = xs->shm;
+    xs->shm = NULL;
+    pthread_mutex_lock(&g_file.lock);
+    if (m->pid == getpid() && g_file.base && g_file.pid == m->pid) {
+        atomic_store_explicit(&m->rec->state, XSEG_SHM_FREE, memory_order_release);
+        if (--g_file.users == 0)
+            file_remove();
+    }
+    pthread_mutex_unlock(&g_file.lock);
+    free(m);
+}
+
+/* ---- monitoring state of one allocator ---- */
 
 xseg_status xseg_monitor_init(xseg_t *xs)
 {
-    (void)xs;
-    return XSEG_OK;
+    xseg_status st = XSEG_OK;
+    if (xs->conf.history)
+        st = xseg_hist_init(xs);
+    if (st == XSEG_OK && xs->conf.stats_shm)
+        st = shm_init(xs);
+    return st;
 }
 
 void xseg_monitor_fini(xseg_t *xs)
 {
-    (void)xs;
+    if (xs->shm)
+        shm_fini(xs);
+    if (xs->hist)
+        xseg_hist_fini(xs);
 }

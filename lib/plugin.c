@@ -1,0 +1,494 @@
+/* plugin.c: the PyTorch CUDAPluggableAllocator entry points (xseg_torch_*,
+ * docs/pytorch.md).  Each device is served by its process-wide allocator
+ * (xseg_default).  While a CUDA graph is captured on a device, its
+ * allocations go instead to a private allocator for the graph's memory pool
+ * (PyTorch's private pools): a graph replays into the addresses it was
+ * captured with, so that memory is never unmapped nor handed to anyone else
+ * while the graph lives; the pool is destroyed at the first empty_cache
+ * (xseg_torch_reset) after its last graph is released and its last block
+ * freed. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define PLUG_MAX_DEVICES 64 /* as xseg_default (api.c) */
+#define CU_CAPTURE_MODE_RELAXED 2
+
+/* PyTorch's MempoolId_t (std::pair of two unsigned long long): trivially
+ * copyable, so passed by value exactly as this struct. */
+typedef struct xseg_torch_pool_id {
+    uint64_t first, second;
+} xseg_torch_pool_id;
+
+/* Graph-pool hooks (set_begin_allocate_to_pool, set_end_allocate_to_pool_fn,
+ * set_release_pool).  `filter` is a C++ std::function passed by reference;
+ * it cannot be called from C and is ignored. */
+XSEG_API void xseg_torch_begin_pool(int device, xseg_torch_pool_id id, void *filter);
+XSEG_API void xseg_torch_end_pool(int device, xseg_torch_pool_id id);
+XSEG_API void xseg_torch_release_pool(int device, xseg_torch_pool_id id);
+
+typedef struct tpool {
+    struct tpool *next;
+    xseg_torch_pool_id id;
+    int device;
+    unsigned refs; /* captures begun into it and not yet released */
+    xseg_t *xs;    /* NULL: creation failed, allocations fail */
+} tpool;
+
+static _Atomic(xseg_t *) g_dev[PLUG_MAX_DEVICES];
+static _Atomic(tpool *) g_capture[PLUG_MAX_DEVICES];
+static pthread_mutex_t g_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static tpool *g_pools;
+static atomic_int g_npools;
+static int g_atexit_set;
+static atomic_int g_device_count = -1;
+
+/* ---- the CUDA driver, for what the driver table lacks: the thread's
+ * stream-capture mode and a device-wide synchronisation ---- */
+
+typedef int (*cu_fn_dev_get)(int *dev, int ordinal);
+typedef int (*cu_fn_retain)(void **ctx, int dev);
+typedef int (*cu_fn_release)(int dev);
+typedef int (*cu_fn_push)(void *ctx);
+typedef int (*cu_fn_pop)(void **ctx);
+typedef int (*cu_fn_sync)(void);
+typedef int (*cu_fn_mode)(int *mode);
+
+static struct {
+    cu_fn_dev_get dev_get;
+    cu_fn_retain retain;
+    cu_fn_release release;
+    cu_fn_push push;
+    cu_fn_pop pop;
+    cu_fn_sync sync;
+    cu_fn_mode exchange_mode;
+} g_cu;
+static pthread_once_t g_cu_once = PTHREAD_ONCE_INIT;
+
+static void cu_sym(void *lib, const char *name, void *slot)
+{
+    void *p = dlsym(lib, name);
+    memcpy(slot, &p, sizeof p);
+}
+
+/* libcuda is already loaded when a pool uses the CUDA backend. */
+static void cu_load(void)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!lib)
+        return;
+    cu_sym(lib, "cuDeviceGet", &g_cu.dev_get);
+    cu_sym(lib, "cuDevicePrimaryCtxRetain", &g_cu.retain);
+    cu_sym(lib, "cuDevicePrimaryCtxRelease_v2", &g_cu.release);
+    cu_sym(lib, "cuCtxPushCurrent_v2", &g_cu.push);
+    cu_sym(lib, "cuCtxPopCurrent_v2", &g_cu.pop);
+    cu_sym(lib, "cuCtxSynchronize", &g_cu.sync);
+    cu_sym(lib, "cuThreadExchangeStreamCaptureMode", &g_cu.exchange_mode);
+}
+
+static int is_cuda(const xseg_t *xs)
+{
+    return strcmp(xseg_backend_name(xs), "cuda") == 0;
+}
+
+/* Switch this thread to relaxed capture mode (mapping is not allowed in
+ * global mode); returns the previous mode, -1 when nothing was changed. */
+static int relax_capture(const xseg_t *xs)
+{
+    if (!is_cuda(xs))
+        return -1;
+    pthread_once(&g_cu_once, cu_load);
+    int mode = CU_CAPTURE_MODE_RELAXED;
+    if (!g_cu.exchange_mode || g_cu.exchange_mode(&mode) != 0)
+        return -1;
+    return mode;
+}
+
+static void restore_capture(int mode)
+{
+    if (mode >= 0)
+        g_cu.exchange_mode(&mode);
+}
+
+/* Wait for all work on the device (replays of released graphs run on
+ * streams the pool never saw). */
+static void device_sync(int ordinal)
+{
+    pthread_once(&g_cu_once, cu_load);
+    int dev = 0;
+    void *ctx = NULL, *old = NULL;
+    if (!g_cu.dev_get || !g_cu.retain || !g_cu.release || !g_cu.push || !g_cu.pop ||
+        !g_cu.sync || g_cu.dev_get(&dev, ordinal) != 0 || g_cu.retain(&ctx, dev) != 0)
+        return;
+    if (g_cu.push(ctx) == 0) {
+        g_cu.sync();
+        g_cu.pop(&old);
+    }
+    g_cu.release(dev);
+}
+
+/* ---- devices ---- */
+
+static int check_device(int device, const char *what)
+{
+    if (device >= 0 && device < PLUG_MAX_DEVICES)
+        return 1;
+    xseg_fail(NULL, XSEG_ERR_NO_DEVICE, "%s: device %d out of range 0..%d", what, device,
+              PLUG_MAX_DEVICES - 1);
+    return 0;
+}
+
+/* The default allocator of a device, created on first use. */
+static xseg_t *device_xs(int device, const char *what)
+{
+    if (!check_device(device, what))
+        return NULL;
+    xseg_t *xs = atomic_load_explicit(&g_dev[device], memory_order_acquire);
+    if (xs)
+        return xs;
+    if (xseg_default(device, &xs) != XSEG_OK)
+        return NULL;
+    atomic_store_explicit(&g_dev[device], xs, memory_order_release);
+    return xs;
+}
+
+static int owns(const xseg_t *xs, const void *ptr)
+{
+    uintptr_t a = (uintptr_t)ptr;
+    return xs && a >= xs->arena.base && a - xs->arena.base < xs->arena.size;
+}
+
+/* The default allocator whose range holds ptr, trying `device` first. */
+static xseg_t *default_owner(int device, const void *ptr)
+{
+    if (device >= 0 && device < PLUG_MAX_DEVICES) {
+        xseg_t *xs = atomic_load_explicit(&g_dev[device], memory_order_acquire);
+        if (owns(xs, ptr))
+            return xs;
+    }
+    for (int d = 0; d < PLUG_MAX_DEVICES; d++) {
+        xseg_t *xs = atomic_load_explicit(&g_dev[d], memory_order_acquire);
+        if (owns(xs, ptr))
+            return xs;
+    }
+    return NULL;
+}
+
+/* ---- graph pools (g_pool_lock held) ---- */
+
+static int same_id(xseg_torch_pool_id a, xseg_torch_pool_id b)
+{
+    return a.first == b.first && a.second == b.second;
+}
+
+static tpool *pool_find(int device, xseg_torch_pool_id id)
+{
+    for (tpool *p = g_pools; p; p = p->next)
+        if (p->device == device && same_id(p->id, id))
+            return p;
+    return NULL;
+}
+
+static tpool *pool_holding(const void *ptr)
+{
+    for (tpool *p = g_pools; p; p = p->next)
+        if (owns(p->xs, ptr))
+            return p;
+    return NULL;
+}
+
+/* A pool's allocator never gives memory back while its graphs live: no cap,
+ * no release, no retry ladder (it reclaims), one-page handles (a partly
+ * used large handle would be split, unmapping free space). */
+static void pool_conf(char *buf, size_t len)
+{
+    const char *env = getenv("XSEG_CONF");
+    xseg_conf c;
+    xseg_conf_defaults(&c);
+    if (env && xseg_conf_parse(&c, env, NULL, 0) != XSEG_OK)
+        c.page_size = 0; /* xseg_create reports the error */
+    char handle[32] = "2MB";
+    if (c.page_size)
+        snprintf(handle, sizeof handle, "%zu", c.page_size);
+    snprintf(buf, len,
+             "%s,max_mapped:none,memory_fraction:0,gc_threshold:0,"
+             "release_threshold:unlimited,alloc_retries:1,caching:on,stats_shm:off,"
+             "handle_size:%s",
+             env ? env : "", handle);
+}
+
+static void destroy_host_pools(void)
+{
+    pthread_mutex_lock(&g_pool_lock);
+    for (tpool **pp = &g_pools; *pp;) {
+        tpool *p = *pp;
+        if (p->xs && !is_cuda(p->xs)) { /* the CUDA driver may be gone at exit */
+            *pp = p->next;
+            xseg_destroy(p->xs);
+            free(p);
+            atomic_fetch_sub(&g_npools, 1);
+        } else {
+            pp = &p->next;
+        }
+    }
+    pthread_mutex_unlock(&g_pool_lock);
+}
+
+static tpool *pool_new(int device, xseg_torch_pool_id id)
+{
+    tpool *p = calloc(1, sizeof *p);
+    if (!p) {
+        xseg_fail(NULL, XSEG_ERR_OOM, "xseg_torch_begin_pool: no host memory");
+        return NULL;
+    }
+    char conf[1024];
+    pool_conf(conf, sizeof conf);
+    if (xseg_create(&p->xs, device, conf) != XSEG_OK)
+        p->xs = NULL; /* its allocations fail: safer than the default pool */
+    p->id = id;
+    p->device = device;
+    p->next = g_pools;
+    g_pools = p;
+    atomic_fetch_add(&g_npools, 1);
+    if (!g_atexit_set)
+        g_atexit_set = atexit(destroy_host_pools) == 0;
+    return p;
+}
+
+static int pool_idle(tpool *p)
+{
+    if (p->refs || atomic_load(&g_capture[p->device]) == p)
+        return 0;
+    xseg_stats st = {.size = sizeof st};
+    return !p->xs || (xseg_get_stats(p->xs, &st) == XSEG_OK && st.active_blocks.current == 0);
+}
+
+/* Destroy the pools of `device` (-1: all) that no graph uses and that hold
+ * no live block, after the GPU is done with them.  Returns how many. */
+static int pools_collect(int device)
+{
+    tpool *dead = NULL;
+    pthread_mutex_lock(&g_pool_lock);
+    for (tpool **pp = &g_pools; *pp;) {
+        tpool *p = *pp;
+        if ((device < 0 || p->device == device) && pool_idle(p)) {
+            *pp = p->next;
+            p->next = dead;
+            dead = p;
+            atomic_fetch_sub(&g_npools, 1);
+        } else {
+            pp = &p->next;
+        }
+    }
+    pthread_mutex_unlock(&g_pool_lock);
+    int n = 0;
+    for (tpool *p = dead; p; n++) {
+        tpool *next = p->next;
+        if (p->xs && is_cuda(p->xs))
+            device_sync(p->device);
+        if (p->xs)
+            xseg_destroy(p->xs);
+        free(p);
+        p = next;
+    }
+    return n;
+}
+
+/* ---- allocation ---- */
+
+static void *alloc_from(xseg_t *xs, size_t size, void *stream)
+{
+    void *p = NULL;
+    xseg_status st = xseg_alloc(xs, size, stream, &p);
+    return st == XSEG_OK ? p : NULL;
+}
+
+/* Allocation while a capture into a pool is under way on the device. */
+static void *pool_alloc(int device, size_t size, void *stream, int *routed)
+{
+    void *ptr = NULL;
+    pthread_mutex_lock(&g_pool_lock);
+    tpool *p = atomic_load(&g_capture[device]);
+    *routed = p != NULL;
+    if (p && !p->xs) {
+        xseg_fail(NULL, XSEG_ERR_NO_BACKEND,
+                  "xseg_torch_alloc: the allocator of the CUDA graph pool (%llu,%llu) on "
+                  "device %d could not be created", (unsigned long long)p->id.first,
+                  (unsigned long long)p->id.second, device);
+    } else if (p) {
+        int mode = relax_capture(p->xs);
+        ptr = alloc_from(p->xs, size, stream);
+        restore_capture(mode);
+    }
+    pthread_mutex_unlock(&g_pool_lock);
+    return ptr;
+}
+
+void *xseg_torch_alloc(size_t size, int device, void *stream)
+{
+    if (size == 0) {
+        xseg_clear_error();
+        return NULL;
+    }
+    xseg_t *xs = device_xs(device, "xseg_torch_alloc");
+    if (!xs)
+        return NULL;
+    if (atomic_load_explicit(&g_capture[device], memory_order_acquire)) {
+        int routed = 0;
+        void *p = pool_alloc(device, size, stream, &routed);
+        if (routed)
+            return p;
+    }
+    void *p = alloc_from(xs, size, stream);
+    if (!p && atomic_load(&g_npools) && pools_collect(device) > 0)
+        p = alloc_from(xs, size, stream); /* memory of released graphs came back */
+    return p;
+}
+
+/* ---- free and record_stream ---- */
+
+static int pool_free(void *ptr)
+{
+    pthread_mutex_lock(&g_pool_lock);
+    tpool *p = pool_holding(ptr);
+    if (p)
+        xseg_free(p->xs, ptr);
+    pthread_mutex_unlock(&g_pool_lock);
+    return p != NULL;
+}
+
+static void not_ours(const char *what, const void *ptr, int device)
+{
+    xseg_fail(NULL, XSEG_ERR_INVALID_POINTER, "%s: %p (device %d) was not allocated by xseg",
+              what, ptr, device);
+}
+
+void xseg_torch_free(void *ptr, size_t size, int device, void *stream)
+{
+    (void)size;
+    (void)stream; /* xseg remembers the stream of each block */
+    if (!ptr)
+        return;
+    xseg_t *xs = default_owner(device, ptr);
+    if (xs)
+        xseg_free(xs, ptr);
+    else if (!atomic_load(&g_npools) || !pool_free(ptr))
+        not_ours("xseg_torch_free", ptr, device);
+}
+
+static int pool_record(void *ptr, void *stream)
+{
+    pthread_mutex_lock(&g_pool_lock);
+    tpool *p = pool_holding(ptr);
+    if (p)
+        xseg_record_stream(p->xs, ptr, stream);
+    pthread_mutex_unlock(&g_pool_lock);
+    return p != NULL;
+}
+
+void xseg_torch_record_stream(void *ptr, void *stream)
+{
+    if (!ptr) {
+        xseg_fail(NULL, XSEG_ERR_INVALID_ARG, "xseg_torch_record_stream: pointer is NULL");
+        return;
+    }
+    xseg_t *xs = default_owner(-1, ptr);
+    if (xs)
+        xseg_record_stream(xs, ptr, stream);
+    else if (!atomic_load(&g_npools) || !pool_record(ptr, stream))
+        not_ours("xseg_torch_record_stream", ptr, -1);
+}
+
+/* ---- init, empty_cache, memory fraction ---- */
+
+void xseg_torch_init(int device_count)
+{
+    if (device_count < 0 || device_count > PLUG_MAX_DEVICES) {
+        xseg_fail(NULL, XSEG_ERR_NO_DEVICE,
+                  "xseg_torch_init: %d devices; xseg serves at most %d", device_count,
+                  PLUG_MAX_DEVICES);
+        return;
+    }
+    atomic_store(&g_device_count, device_count); /* allocators come at first use */
+}
+
+void xseg_torch_reset(void)
+{
+    for (int d = 0; d < PLUG_MAX_DEVICES; d++) {
+        xseg_t *xs = atomic_load_explicit(&g_dev[d], memory_order_acquire);
+        if (xs)
+            xseg_trim(xs, 0, NULL);
+    }
+    if (atomic_load(&g_npools))
+        pools_collect(-1);
+}
+
+/* The cap in force: fraction x device memory, within max_mapped. */
+static void set_fraction(xseg_t *xs, double fraction)
+{
+    pthread_mutex_lock(&xs->lock);
+    size_t cap = xs->conf.max_mapped ? xs->conf.max_mapped : SIZE_MAX;
+    size_t by_fraction = (size_t)(fraction * (double)xs->dev_total);
+    if (fraction > 0 && by_fraction < cap)
+        cap = by_fraction;
+    xs->conf.memory_fraction = fraction;
+    xs->cap = cap;
+    pthread_mutex_unlock(&xs->lock);
+}
+
+void xseg_torch_memory_fraction(double fraction, int device)
+{
+    if (!(fraction >= 0.0 && fraction <= 1.0)) {
+        xseg_fail(NULL, XSEG_ERR_INVALID_ARG,
+                  "xseg_torch_memory_fraction: fraction %g is not in [0, 1]", fraction);
+        return;
+    }
+    xseg_t *xs = device_xs(device, "xseg_torch_memory_fraction");
+    if (xs)
+        set_fraction(xs, fraction);
+}
+
+/* ---- CUDA graph pools ---- */
+
+void xseg_torch_begin_pool(int device, xseg_torch_pool_id id, void *filter)
+{
+    (void)filter;
+    if (!check_device(device, "xseg_torch_begin_pool"))
+        return;
+    pthread_mutex_lock(&g_pool_lock);
+    tpool *p = pool_find(device, id);
+    if (!p)
+        p = pool_new(device, id);
+    if (p) {
+        p->refs++;
+        atomic_store_explicit(&g_capture[device], p, memory_order_release);
+    }
+    pthread_mutex_unlock(&g_pool_lock);
+}
+
+void xseg_torch_end_pool(int device, xseg_torch_pool_id id)
+{
+    if (!check_device(device, "xseg_torch_end_pool"))
+        return;
+    pthread_mutex_lock(&g_pool_lock);
+    tpool *p = atomic_load(&g_capture[device]);
+    if (p && same_id(p->id, id))
+        atomic_store_explicit(&g_capture[device], NULL, memory_order_release);
+    pthread_mutex_unlock(&g_pool_lock);
+}
+
+void xseg_torch_release_pool(int device, xseg_torch_pool_id id)
+{
+    if (!check_device(device, "xseg_torch_release_pool"))
+        return;
+    pthread_mutex_lock(&g_pool_lock);
+    tpool *p = pool_find(device, id);
+    if (p && p->refs)
+        p->refs--; /* destroyed at the next empty_cache once idle */
+    pthread_mutex_unlock(&g_pool_lock);
+}

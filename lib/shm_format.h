@@ -1,0 +1,168 @@
+/* shm_format.h: layout of the live-stats file that the stats_shm key
+ * publishes (lib/shm.c writes it; tools/xseg-top and the tests read it),
+ * and the lock-free reader.
+ *
+ * One file per process: $XSEG_SHM_DIR/xseg.<pid> (default /dev/shm), made
+ * under a temporary name and renamed into place once complete.  It holds a
+ * header and XSEG_SHM_SLOTS records, one per live allocator.  Each record is
+ * a seqlock: the writer (always under its allocator's lock, so one writer a
+ * record) makes `seq` odd, stores the fields, makes `seq` even again.  A
+ * reader copies the fields between two reads of `seq` and retries if they
+ * differ or are odd, so it never blocks the writer and never returns a torn
+ * record.  Every shared word is a C11 atomic (relaxed stores cost what plain
+ * stores cost), so the protocol is data-race free.
+ *
+ * Compatibility: readers check magic and version; a version bump means the
+ * field order changed.  New fields are only ever appended, and `nfields`
+ * tells how many a writer stores.
+ */
+#ifndef XSEG_SHM_FORMAT_H
+#define XSEG_SHM_FORMAT_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/types.h>
+
+#define XSEG_SHM_MAGIC 0x314d48534745535full /* "_SEGSHM1", little-endian */
+#define XSEG_SHM_VERSION 1u
+#define XSEG_SHM_SLOTS 64u
+#define XSEG_SHM_PREFIX "xseg."
+#define XSEG_SHM_DEFAULT_DIR "/dev/shm"
+#define XSEG_SHM_DIR_ENV "XSEG_SHM_DIR"
+/* Driver-call counters kept per record (room for XSEG_OP_COUNT to grow). */
+#define XSEG_SHM_OPS 16u
+
+/* Slot states. */
+enum { XSEG_SHM_FREE = 0, XSEG_SHM_USED = 1 };
+
+/* Field indices into xseg_shm_record.v.  Fields marked (fixed) are stored
+ * when the slot is claimed; the others on every update. */
+enum xseg_shm_field {
+    XSF_DEVICE = 0,     /* (fixed) device index */
+    XSF_GENERATION,     /* (fixed) claim count of this slot: a new allocator */
+    XSF_BACKEND,        /* (fixed) backend name, up to 8 chars, NUL-padded */
+    XSF_CREATED_NS,     /* (fixed) CLOCK_REALTIME at creation */
+    XSF_DEVICE_TOTAL,   /* (fixed) device memory size */
+    XSF_PAGE_SIZE,      /* (fixed) mapping granularity */
+    XSF_UPDATES,        /* publications so far */
+    XSF_CAP,            /* cap on mapped bytes, 0 = none */
+    XSF_ALLOCATED,      /* live bytes (rounded block sizes) */
+    XSF_ALLOCATED_PEAK,
+    XSF_REQUESTED,      /* live bytes as requested */
+    XSF_ACTIVE,         /* live allocations */
+    XSF_MAPPED,         /* physical bytes mapped */
+    XSF_MAPPED_PEAK,
+    XSF_VA,             /* virtual bytes reserved */
+    XSF_SEGMENTS,
+    XSF_HANDLES,
+    XSF_ALLOC_CALLS,
+    XSF_FREE_CALLS,
+    XSF_OOMS,
+    XSF_RETRIES,
+    XSF_TRIMS,
+    XSF_GC_RUNS,
+    XSF_SYNCS,
+    XSF_RELEASED,       /* physical bytes released, total */
+    XSF_DRIVER_ERRORS,
+    XSF_DEFERRED,
+    XSF_DRV,            /* XSEG_SHM_OPS counters, indexed by xseg_op */
+    XSF_COUNT = XSF_DRV + XSEG_SHM_OPS
+};
+
+typedef struct xseg_shm_record {
+    _Atomic uint32_t state;  /* XSEG_SHM_FREE / XSEG_SHM_USED */
+    uint32_t reserved;
+    _Atomic uint64_t seq;    /* even: stable, odd: being written */
+    _Atomic uint64_t v[XSF_COUNT];
+    uint64_t pad[(64 - (16 + 8 * XSF_COUNT) % 64) % 64 / 8];
+} xseg_shm_record;
+
+typedef struct xseg_shm_header {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t header_size;  /* offset of the first record */
+    uint32_t record_size;
+    uint32_t nslots;
+    uint32_t nfields;
+    int32_t pid;
+    uint64_t start_ticks;  /* /proc/<pid>/stat starttime: tells pid reuse */
+    uint64_t created_ns;   /* CLOCK_REALTIME when the file was made */
+    _Atomic uint32_t dropped; /* allocators that found no free slot */
+    uint32_t reserved;
+    char comm[64];         /* program name */
+    uint64_t pad[9];
+} xseg_shm_header;
+
+_Static_assert(sizeof(xseg_shm_header) == 192, "header layout");
+_Static_assert(sizeof(xseg_shm_record) % 64 == 0, "records are cache-line sized");
+
+#define XSEG_SHM_FILE_SIZE \
+    (sizeof(xseg_shm_header) + XSEG_SHM_SLOTS * sizeof(xseg_shm_record))
+
+static inline xseg_shm_record *xseg_shm_slot(void *base, const xseg_shm_header *h, uint32_t i)
+{
+    return (xseg_shm_record *)((char *)base + h->header_size + (size_t)i * h->record_size);
+}
+
+/* 1 when a mapping of `len` bytes holds a header and records this reader
+ * understands. */
+static inline int xseg_shm_valid(const void *base, size_t len)
+{
+    const xseg_shm_header *h = (const xseg_shm_header *)base;
+    if (len < sizeof *h || h->magic != XSEG_SHM_MAGIC || h->version != XSEG_SHM_VERSION)
+        return 0;
+    if (h->record_size < sizeof(xseg_shm_record) || h->header_size < sizeof *h ||
+        h->nfields < XSF_COUNT || h->nslots > 4096)
+        return 0;
+    return (size_t)h->header_size + (size_t)h->nslots * h->record_size <= len;
+}
+
+/* Copy a record's fields without blocking its writer.  Returns 1 with out
+ * filled, 0 when the slot is free, -1 when every try met a write in
+ * progress (the writer died mid-update, or is extremely busy). */
+static inline int xseg_shm_read(xseg_shm_record *r, uint64_t out[XSF_COUNT], unsigned tries)
+{
+    for (unsigned t = 0; t < tries; t++) {
+        if (atomic_load_explicit(&r->state, memory_order_acquire) != XSEG_SHM_USED)
+            return 0;
+        uint64_t s1 = atomic_load_explicit(&r->seq, memory_order_acquire);
+        if (s1 & 1)
+            continue;
+        for (unsigned i = 0; i < XSF_COUNT; i++)
+            out[i] = atomic_load_explicit(&r->v[i], memory_order_relaxed);
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&r->seq, memory_order_relaxed) == s1)
+            return 1;
+    }
+    return -1;
+}
+
+/* Start time of a process (field 22 of /proc/<pid>/stat, clock ticks after
+ * boot); 0 when unknown.  Together with the pid it names a process.  When
+ * `state` is not NULL it receives the state letter (field 3: 'Z' zombie). */
+static inline uint64_t xseg_shm_start_ticks(pid_t pid, char *state)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* comm may hold spaces and ')' */
+    unsigned long long v = 0;
+    if (state && p && p[1] == ' ')
+        *state = p[2];
+    /* fields after the comm: state (3) ... starttime (22) */
+    for (int field = 2; p && field < 22; field++)
+        p = strchr(p + 1, ' ');
+    if (!p || sscanf(p + 1, "%llu", &v) != 1)
+        return 0;
+    return v;
+}
+
+#endif
