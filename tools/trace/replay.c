@@ -177,6 +177,34 @@ static void fill_result(replay *R)
     r->events_per_s = r->seconds > 0 ? (double)r->events / r->seconds : 0.0;
 }
 
+/* On a GPU backend a stream number is used as a CUstream handle: only 0
+ * (default), 1 (legacy) and 2 (per-thread) are valid without creating one. */
+static int check_streams(replay *R, const char *backend)
+{
+    char what[200];
+    if (backend && strcmp(backend, "host") == 0)
+        return 0;
+    for (size_t k = 0; k < R->t->nstreams; k++) {
+        if (R->t->streams[k] <= 2)
+            continue;
+        snprintf(what, sizeof what, "the trace uses stream %llu, not a valid CUDA stream "
+                 "handle on the %s backend (only 0, 1, 2 are): replay it on the host backend",
+                 (unsigned long long)R->t->streams[k], backend ? backend : "unknown");
+        return record_error(R, R->t->nevents, XSEG_ERR_INVALID_ARG, what), -1;
+    }
+    return 0;
+}
+
+static int check_verify(replay *R, const char *backend)
+{
+    char what[160];
+    if (!R->o->verify || (backend && strcmp(backend, "host") == 0))
+        return 0;
+    snprintf(what, sizeof what, "verify needs CPU-accessible memory (the host backend); "
+             "this allocator uses the %s backend", backend ? backend : "unknown");
+    return record_error(R, R->t->nevents, XSEG_ERR_INVALID_ARG, what), -1;
+}
+
 static int prepare(replay *R)
 {
     const char *backend = xseg_backend_name(R->xs);
@@ -186,12 +214,8 @@ static int prepare(replay *R)
         return record_error(R, R->t->nevents, XSEG_ERR_INTERNAL, "out of host memory"), -1;
     for (size_t k = 0; k < R->t->nstreams; k++)
         R->streams[k] = (void *)(uintptr_t)R->t->streams[k];
-    if (R->o->verify && (!backend || strcmp(backend, "host") != 0)) {
-        char what[160];
-        snprintf(what, sizeof what, "verify needs CPU-accessible memory (the host backend); "
-                 "this allocator uses the %s backend", backend ? backend : "unknown");
-        return record_error(R, R->t->nevents, XSEG_ERR_INVALID_ARG, what), -1;
-    }
+    if (check_verify(R, backend) != 0 || check_streams(R, backend) != 0)
+        return -1;
     return 0;
 }
 

@@ -2,7 +2,9 @@
  * (xseg_alloc / xseg_free, stream = (void *)(uintptr_t)stream number) and
  * measures time, memory and driver traffic.
  *
- * Use a fresh allocator per replay: peak mapped bytes and driver calls are
+ * On a backend other than host, stream numbers above 2 are refused (they
+ * would be taken for CUstream handles; 0, 1, 2 are the default, legacy and
+ * per-thread streams).  Use a fresh allocator per replay: peak mapped bytes and driver calls are
  * read from its stats and cover its whole life.  An allocation that fails
  * with XSEG_ERR_OOM is counted and skipped (its free too) and the replay
  * goes on; any other failure stops it.  Both are reported as the first

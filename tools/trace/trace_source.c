@@ -81,7 +81,7 @@ static void zlib_close(trace_source *s)
 
 static int zlib_open(trace_source *s, const char *path)
 {
-    gzFile g = gzopen(path, "rb");
+    gzFile g = gzopen(path, "rbe");
     if (!g)
         return snprintf(s->msg, sizeof s->msg, "cannot open: %s",
                         errno ? strerror(errno) : "out of memory"), -1;
