@@ -464,6 +464,8 @@ static void split_large(xseg_t *xs, xblock *b, xstream *from, uint64_t epoch)
 
 static xseg_status ensure_mapped(xseg_t *xs, xblock *b, size_t request)
 {
+    if (xarena_all_mapped(xs, b->addr, b->addr + b->size))
+        return XSEG_OK; /* the common case: a cached block */
     size_t need = xarena_unmapped_bytes(xs, b->addr, b->addr + b->size);
     if (!need)
         return XSEG_OK;

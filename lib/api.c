@@ -158,7 +158,7 @@ xseg_status xseg_create_with_driver(xseg_t **out, int device, const char *conf,
         return xseg_fail(NULL, XSEG_ERR_OOM, "xseg_create: no host memory");
     xs->device = device;
     xs->fork_gen = atomic_load(&g_fork_gen);
-    pthread_mutex_init(&xs->lock, NULL);
+    xlock_init(&xs->lock);
     xseg_conf_defaults(&xs->conf);
     char err[512] = "";
     const char *text = conf ? conf : getenv("XSEG_CONF");
@@ -223,7 +223,6 @@ static void teardown(xseg_t *xs, int call_driver)
     xseg_ptrmap_fini(&xs->streams);
     if (xs->dctx && call_driver)
         xs->drv->fini(xs->dctx);
-    pthread_mutex_destroy(&xs->lock);
     free(xs);
 }
 
@@ -234,8 +233,8 @@ xseg_status xseg_destroy(xseg_t *xs)
     /* In a forked child the parent's memory must not be touched: free the
      * bookkeeping only, no driver call. */
     int child = forked(xs);
-    pthread_mutex_lock(&xs->lock);
-    pthread_mutex_unlock(&xs->lock);
+    xlock_lock(&xs->lock);
+    xlock_unlock(&xs->lock);
     teardown(xs, !child);
     return XSEG_OK;
 }
@@ -330,10 +329,10 @@ static xseg_status oom_report(xseg_t *xs, size_t size)
 xseg_status xseg_set_oom_callback(xseg_t *xs, xseg_oom_callback cb, void *user)
 {
     CHECK_XS(xs);
-    pthread_mutex_lock(&xs->lock);
+    xlock_lock(&xs->lock);
     xs->oom_cb = cb;
     xs->oom_user = user;
-    pthread_mutex_unlock(&xs->lock);
+    xlock_unlock(&xs->lock);
     return XSEG_OK;
 }
 
@@ -357,7 +356,7 @@ xseg_status xseg_alloc(xseg_t *xs, size_t size, void *stream, void **out)
                          "xseg_alloc: request of %zu bytes exceeds the virtual range of %zu "
                          "bytes (va_size)", size, xs->arena.size);
     size_t rounded = round_size(xs, size), block = 0;
-    pthread_mutex_lock(&xs->lock);
+    xlock_lock(&xs->lock);
     xs->alloc_calls++;
     xstream *s = xstream_get(xs, stream);
     xseg_status st = XSEG_ERR_OOM;
@@ -379,7 +378,7 @@ xseg_status xseg_alloc(xseg_t *xs, size_t size, void *stream, void **out)
     } else if (st == XSEG_ERR_OOM) {
         oom_report(xs, size);
     }
-    pthread_mutex_unlock(&xs->lock);
+    xlock_unlock(&xs->lock);
     return st;
 }
 
@@ -435,7 +434,7 @@ xseg_status xseg_free(xseg_t *xs, void *ptr)
         return xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_free: pointer is NULL");
     uintptr_t addr = (uintptr_t)ptr, tag = 0, u = 0;
     xseg_status st = XSEG_OK;
-    pthread_mutex_lock(&xs->lock);
+    xlock_lock(&xs->lock);
     xs->free_calls++;
     if (!xseg_ptrmap_del(&xs->live, addr, &tag)) {
         st = bad_pointer(xs, ptr, "xseg_free");
@@ -457,7 +456,7 @@ xseg_status xseg_free(xseg_t *xs, void *ptr)
         xseg_hist(xs, XEV_FREE, addr, req, NULL);
         xseg_shm(xs);
     }
-    pthread_mutex_unlock(&xs->lock);
+    xlock_unlock(&xs->lock);
     return st;
 }
 
@@ -468,7 +467,7 @@ xseg_status xseg_record_stream(xseg_t *xs, void *ptr, void *stream)
         return xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_record_stream: pointer is NULL");
     uintptr_t tag;
     xseg_status st = XSEG_OK;
-    pthread_mutex_lock(&xs->lock);
+    xlock_lock(&xs->lock);
     if (!xseg_ptrmap_get(&xs->live, (uintptr_t)ptr, &tag)) {
         st = bad_pointer(xs, ptr, "xseg_record_stream");
     } else {
@@ -479,7 +478,7 @@ xseg_status xseg_record_stream(xseg_t *xs, void *ptr, void *stream)
         else if (s != owner)
             st = xuses_add(xs, (uintptr_t)ptr, s);
     }
-    pthread_mutex_unlock(&xs->lock);
+    xlock_unlock(&xs->lock);
     return st;
 }
 
@@ -490,7 +489,7 @@ xseg_status xseg_block_size(xseg_t *xs, const void *ptr, size_t *rounded, size_t
         return xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_block_size: pointer is NULL");
     uintptr_t tag;
     xseg_status st = XSEG_OK;
-    pthread_mutex_lock(&xs->lock);
+    xlock_lock(&xs->lock);
     if (!xseg_ptrmap_get(&xs->live, (uintptr_t)ptr, &tag)) {
         st = bad_pointer(xs, ptr, "xseg_block_size");
     } else {
@@ -501,7 +500,7 @@ xseg_status xseg_block_size(xseg_t *xs, const void *ptr, size_t *rounded, size_t
         if (requested)
             *requested = r;
     }
-    pthread_mutex_unlock(&xs->lock);
+    xlock_unlock(&xs->lock);
     return st;
 }
 
@@ -510,7 +509,7 @@ xseg_status xseg_block_size(xseg_t *xs, const void *ptr, size_t *rounded, size_t
 xseg_status xseg_trim(xseg_t *xs, size_t keep, size_t *released)
 {
     CHECK_XS(xs);
-    pthread_mutex_lock(&xs->lock);
+    xlock_lock(&xs->lock);
     uint64_t before = xs->released;
     xs->trims++;
     xpending_process(xs, 1);
@@ -523,7 +522,7 @@ xseg_status xseg_trim(xseg_t *xs, size_t keep, size_t *released)
         *released = (size_t)(xs->released - before);
     xseg_hist(xs, XEV_TRIM, 0, (size_t)(xs->released - before), NULL);
     xseg_shm(xs);
-    pthread_mutex_unlock(&xs->lock);
+    xlock_unlock(&xs->lock);
     return XSEG_OK;
 }
 
@@ -534,22 +533,22 @@ xseg_status xseg_get_stats(xseg_t *xs, xseg_stats *out)
         return xseg_fail(xs, XSEG_ERR_INVALID_ARG,
                          "xseg_get_stats: out is NULL or out->size (%u) is not set to "
                          "sizeof(xseg_stats) (%zu)", out ? out->size : 0, sizeof(xseg_stats));
-    pthread_mutex_lock(&xs->lock);
+    xlock_lock(&xs->lock);
     xseg_fill_stats(xs, out);
-    pthread_mutex_unlock(&xs->lock);
+    xlock_unlock(&xs->lock);
     return XSEG_OK;
 }
 
 xseg_status xseg_reset_peak(xseg_t *xs)
 {
     CHECK_XS(xs);
-    pthread_mutex_lock(&xs->lock);
+    xlock_lock(&xs->lock);
     xcnt *all[] = {&xs->allocated, &xs->requested, &xs->active, &xs->mapped,
                    &xs->handles, &xs->segments, &xs->va};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         all[i]->peak = all[i]->cur;
     xs->cached_peak = xs->mapped.cur > xs->allocated.cur ? xs->mapped.cur - xs->allocated.cur : 0;
-    pthread_mutex_unlock(&xs->lock);
+    xlock_unlock(&xs->lock);
     return XSEG_OK;
 }
 
@@ -559,9 +558,9 @@ xseg_status xseg_stats_json(xseg_t *xs, char *buf, size_t cap, size_t *len)
     if (!buf && cap)
         return xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_stats_json: buf is NULL");
     xseg_stats st = {.size = sizeof st};
-    pthread_mutex_lock(&xs->lock);
+    xlock_lock(&xs->lock);
     xseg_fill_stats(xs, &st);
-    pthread_mutex_unlock(&xs->lock);
+    xlock_unlock(&xs->lock);
     size_t n = xseg_render_json(&st, xs->drv->name, buf, cap);
     if (len)
         *len = n;

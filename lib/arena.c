@@ -211,6 +211,14 @@ xseg_status xarena_ensure(xseg_t *xs, uintptr_t a, uintptr_t b, size_t request)
     return XSEG_OK;
 }
 
+int xarena_all_mapped(const xseg_t *xs, uintptr_t a, uintptr_t b)
+{
+    const xarena *ar = &xs->arena;
+    size_t p0 = (a - ar->base) >> ar->shift;
+    size_t p1 = ((b - 1 - ar->base) >> ar->shift) + 1;
+    return xbm_next(ar->mapped_bits, p0, p1, 0) == p1;
+}
+
 size_t xarena_unmapped_bytes(const xseg_t *xs, uintptr_t a, uintptr_t b)
 {
     const xarena *ar = &xs->arena;

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "conf.h"
+#include "lock.h"
 #include "driver.h"
 #include "ptrmap.h"
 #include "xseg.h"
@@ -127,7 +128,7 @@ typedef struct xcounter_internal {
 } xcnt;
 
 struct xseg {
-    pthread_mutex_t lock;
+    xlock lock;
     int device;
     unsigned fork_gen;
     xseg_conf conf;
@@ -227,6 +228,8 @@ xseg_status xarena_ensure(xseg_t *xs, uintptr_t a, uintptr_t b, size_t request);
  * [lo, hi) is released, so that only the pages the allocation needs are
  * mapped again, at page grain. */
 void xarena_split_edges(xseg_t *xs, uintptr_t a, uintptr_t b, uintptr_t lo, uintptr_t hi, int *err);
+/* 1 when every page under [a, b) is mapped (no bit counting). */
+int xarena_all_mapped(const xseg_t *xs, uintptr_t a, uintptr_t b);
 /* Bytes of pages under [a, b) not yet mapped. */
 size_t xarena_unmapped_bytes(const xseg_t *xs, uintptr_t a, uintptr_t b);
 /* Unmap and release the handles lying wholly inside [a, b), lowest first,
