@@ -190,14 +190,23 @@ XSEG_API xseg_status xseg_set_oom_callback(xseg_t *xs, xseg_oom_callback cb, voi
 
 /* ---- PyTorch CUDAPluggableAllocator entry points (docs/pytorch.md) ----
  * Each serves the process-wide allocator of `device` (xseg_default).  They
- * cannot return a status: failures return NULL / do nothing and leave the
- * message in xseg_last_error(). */
+ * cannot return a status: the hooks clear xseg_last_error() on entry, and
+ * failures return NULL / do nothing and leave the message there. */
 XSEG_API void *xseg_torch_alloc(size_t size, int device, void *stream);
 XSEG_API void xseg_torch_free(void *ptr, size_t size, int device, void *stream);
 XSEG_API void xseg_torch_init(int device_count);
 XSEG_API void xseg_torch_reset(void);
 XSEG_API void xseg_torch_memory_fraction(double fraction, int device);
 XSEG_API void xseg_torch_record_stream(void *ptr, void *stream);
+/* CUDA graph private pools (PyTorch MempoolId_t, passed by value): during a
+ * capture every allocation of `device` comes from a pool that never unmaps
+ * or hands its memory to others.  `filter` (a std::function) is ignored. */
+typedef struct xseg_torch_pool_id {
+    uint64_t first, second;
+} xseg_torch_pool_id;
+XSEG_API void xseg_torch_begin_pool(int device, xseg_torch_pool_id id, void *filter);
+XSEG_API void xseg_torch_end_pool(int device, xseg_torch_pool_id id);
+XSEG_API void xseg_torch_release_pool(int device, xseg_torch_pool_id id);
 /* Set the process-wide allocators' conf before first use (NULL: XSEG_CONF). */
 XSEG_API xseg_status xseg_set_default_conf(const char *conf);
 

@@ -6,7 +6,8 @@
  * captured with, so that memory is never unmapped nor handed to anyone else
  * while the graph lives; the pool is destroyed at the first empty_cache
  * (xseg_torch_reset) after its last graph is released and its last block
- * freed. */
+ * freed.  The hooks that return nothing clear xseg_last_error() on entry:
+ * empty after the call means success. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -19,25 +20,16 @@
 #define PLUG_MAX_DEVICES 64 /* as xseg_default (api.c) */
 #define CU_CAPTURE_MODE_RELAXED 2
 
-/* PyTorch's MempoolId_t (std::pair of two unsigned long long): trivially
- * copyable, so passed by value exactly as this struct. */
-typedef struct xseg_torch_pool_id {
-    uint64_t first, second;
-} xseg_torch_pool_id;
-
-/* Graph-pool hooks (set_begin_allocate_to_pool, set_end_allocate_to_pool_fn,
- * set_release_pool).  `filter` is a C++ std::function passed by reference;
- * it cannot be called from C and is ignored. */
-XSEG_API void xseg_torch_begin_pool(int device, xseg_torch_pool_id id, void *filter);
-XSEG_API void xseg_torch_end_pool(int device, xseg_torch_pool_id id);
-XSEG_API void xseg_torch_release_pool(int device, xseg_torch_pool_id id);
+/* The graph-pool hooks (set_begin_allocate_to_pool, set_end_allocate_to_pool_fn,
+ * set_release_pool) and xseg_torch_pool_id are declared in xseg.h. */
 
 typedef struct tpool {
     struct tpool *next;
     xseg_torch_pool_id id;
     int device;
-    unsigned refs; /* captures begun into it and not yet released */
-    xseg_t *xs;    /* NULL: creation failed, allocations fail */
+    unsigned refs;  /* captures begun into it and not yet released */
+    xseg_t *xs;     /* NULL: creation failed, allocations fail */
+    char why[256];  /* why creation failed */
 } tpool;
 
 static _Atomic(xseg_t *) g_dev[PLUG_MAX_DEVICES];
@@ -205,21 +197,25 @@ static tpool *pool_holding(const void *ptr)
 /* A pool's allocator never gives memory back while its graphs live: no cap,
  * no release, no retry ladder (it reclaims), one-page handles (a partly
  * used large handle would be split, unmapping free space). */
-static void pool_conf(char *buf, size_t len)
+static char *pool_conf(void)
 {
+    static const char fmt[] = "%s,max_mapped:none,memory_fraction:0,gc_threshold:0,"
+                              "release_threshold:unlimited,alloc_retries:1,caching:on,"
+                              "stats_shm:off,handle_size:%s";
     const char *env = getenv("XSEG_CONF");
+    env = env ? env : "";
     xseg_conf c;
     xseg_conf_defaults(&c);
-    if (env && xseg_conf_parse(&c, env, NULL, 0) != XSEG_OK)
+    if (xseg_conf_parse(&c, env, NULL, 0) != XSEG_OK)
         c.page_size = 0; /* xseg_create reports the error */
     char handle[32] = "2MB";
     if (c.page_size)
         snprintf(handle, sizeof handle, "%zu", c.page_size);
-    snprintf(buf, len,
-             "%s,max_mapped:none,memory_fraction:0,gc_threshold:0,"
-             "release_threshold:unlimited,alloc_retries:1,caching:on,stats_shm:off,"
-             "handle_size:%s",
-             env ? env : "", handle);
+    size_t len = strlen(env) + sizeof fmt + sizeof handle;
+    char *text = malloc(len);
+    if (text)
+        snprintf(text, len, fmt, env, handle);
+    return text;
 }
 
 static void destroy_host_pools(void)
@@ -227,9 +223,10 @@ static void destroy_host_pools(void)
     pthread_mutex_lock(&g_pool_lock);
     for (tpool **pp = &g_pools; *pp;) {
         tpool *p = *pp;
-        if (p->xs && !is_cuda(p->xs)) { /* the CUDA driver may be gone at exit */
+        if (!p->xs || !is_cuda(p->xs)) { /* the CUDA driver may be gone at exit */
             *pp = p->next;
-            xseg_destroy(p->xs);
+            if (p->xs)
+                xseg_destroy(p->xs);
             free(p);
             atomic_fetch_sub(&g_npools, 1);
         } else {
@@ -246,10 +243,13 @@ static tpool *pool_new(int device, xseg_torch_pool_id id)
         xseg_fail(NULL, XSEG_ERR_OOM, "xseg_torch_begin_pool: no host memory");
         return NULL;
     }
-    char conf[1024];
-    pool_conf(conf, sizeof conf);
-    if (xseg_create(&p->xs, device, conf) != XSEG_OK)
-        p->xs = NULL; /* its allocations fail: safer than the default pool */
+    char *conf = pool_conf();
+    if (!conf)
+        snprintf(p->why, sizeof p->why, "no host memory");
+    else if (xseg_create(&p->xs, device, conf) != XSEG_OK)
+        snprintf(p->why, sizeof p->why, "%s", xseg_last_error());
+    free(conf); /* without an allocator the pool's allocations fail: safer than
+                 * memory that eager code reuses after the capture */
     p->id = id;
     p->device = device;
     p->next = g_pools;
@@ -318,8 +318,8 @@ static void *pool_alloc(int device, size_t size, void *stream, int *routed)
     if (p && !p->xs) {
         xseg_fail(NULL, XSEG_ERR_NO_BACKEND,
                   "xseg_torch_alloc: the allocator of the CUDA graph pool (%llu,%llu) on "
-                  "device %d could not be created", (unsigned long long)p->id.first,
-                  (unsigned long long)p->id.second, device);
+                  "device %d could not be created: %s", (unsigned long long)p->id.first,
+                  (unsigned long long)p->id.second, device, p->why);
     } else if (p) {
         int mode = relax_capture(p->xs);
         ptr = alloc_from(p->xs, size, stream);
@@ -372,6 +372,7 @@ void xseg_torch_free(void *ptr, size_t size, int device, void *stream)
 {
     (void)size;
     (void)stream; /* xseg remembers the stream of each block */
+    xseg_clear_error();
     if (!ptr)
         return;
     xseg_t *xs = default_owner(device, ptr);
@@ -393,6 +394,7 @@ static int pool_record(void *ptr, void *stream)
 
 void xseg_torch_record_stream(void *ptr, void *stream)
 {
+    xseg_clear_error();
     if (!ptr) {
         xseg_fail(NULL, XSEG_ERR_INVALID_ARG, "xseg_torch_record_stream: pointer is NULL");
         return;
@@ -408,6 +410,7 @@ void xseg_torch_record_stream(void *ptr, void *stream)
 
 void xseg_torch_init(int device_count)
 {
+    xseg_clear_error();
     if (device_count < 0 || device_count > PLUG_MAX_DEVICES) {
         xseg_fail(NULL, XSEG_ERR_NO_DEVICE,
                   "xseg_torch_init: %d devices; xseg serves at most %d", device_count,
@@ -419,6 +422,7 @@ void xseg_torch_init(int device_count)
 
 void xseg_torch_reset(void)
 {
+    xseg_clear_error();
     for (int d = 0; d < PLUG_MAX_DEVICES; d++) {
         xseg_t *xs = atomic_load_explicit(&g_dev[d], memory_order_acquire);
         if (xs)
@@ -431,18 +435,19 @@ void xseg_torch_reset(void)
 /* The cap in force: fraction x device memory, within max_mapped. */
 static void set_fraction(xseg_t *xs, double fraction)
 {
-    pthread_mutex_lock(&xs->lock);
+    xlock_lock(&xs->lock);
     size_t cap = xs->conf.max_mapped ? xs->conf.max_mapped : SIZE_MAX;
     size_t by_fraction = (size_t)(fraction * (double)xs->dev_total);
     if (fraction > 0 && by_fraction < cap)
         cap = by_fraction;
     xs->conf.memory_fraction = fraction;
     xs->cap = cap;
-    pthread_mutex_unlock(&xs->lock);
+    xlock_unlock(&xs->lock);
 }
 
 void xseg_torch_memory_fraction(double fraction, int device)
 {
+    xseg_clear_error();
     if (!(fraction >= 0.0 && fraction <= 1.0)) {
         xseg_fail(NULL, XSEG_ERR_INVALID_ARG,
                   "xseg_torch_memory_fraction: fraction %g is not in [0, 1]", fraction);
@@ -458,6 +463,7 @@ void xseg_torch_memory_fraction(double fraction, int device)
 void xseg_torch_begin_pool(int device, xseg_torch_pool_id id, void *filter)
 {
     (void)filter;
+    xseg_clear_error();
     if (!check_device(device, "xseg_torch_begin_pool"))
         return;
     pthread_mutex_lock(&g_pool_lock);
@@ -473,6 +479,7 @@ void xseg_torch_begin_pool(int device, xseg_torch_pool_id id, void *filter)
 
 void xseg_torch_end_pool(int device, xseg_torch_pool_id id)
 {
+    xseg_clear_error();
     if (!check_device(device, "xseg_torch_end_pool"))
         return;
     pthread_mutex_lock(&g_pool_lock);
@@ -484,6 +491,7 @@ void xseg_torch_end_pool(int device, xseg_torch_pool_id id)
 
 void xseg_torch_release_pool(int device, xseg_torch_pool_id id)
 {
+    xseg_clear_error();
     if (!check_device(device, "xseg_torch_release_pool"))
         return;
     pthread_mutex_lock(&g_pool_lock);

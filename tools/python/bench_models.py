@@ -1,0 +1,518 @@
+#!/usr/bin/env python3
+"""bench_models.py: real Hugging Face models under three allocators.
+
+Workloads (random weights from configs, nothing downloaded):
+  llama  a Llama-3.2-1B-shaped decoder in bf16 serving greedy generate()
+         calls with batch 1-16, prompts 16-1024, 16-32 new tokens;
+  gpt2   a GPT-2-medium-shaped model training with AdamW under bf16
+         autocast, batch and sequence length varying every step;
+  graph  a transformer layer captured with torch.cuda.graph and replayed
+         (CUDA graphs work, the graph's memory stays its own).
+Modes: native (PyTorch's caching allocator), expandable
+(expandable_segments:True) and xseg (xseg.install()).
+
+Each workload x mode runs in a fresh subprocess with the same seed and a
+timeout.  Reported: peak device memory taken (cudaMemGetInfo drop from
+before the model to the peak; with the allocator's reserved peak so that
+memory mapped and unmapped between two polls is counted), peak reserved,
+peak allocated, throughput, and a hash of the outputs (generated tokens,
+losses, graph outputs) that must be equal across modes.  Errors are caught
+and reported; the JSON is rewritten after every run.
+
+    PYTHONPATH=tools/python XSEG_LIBRARY=build/lib/libxseg.so.0 \\
+        python3 tools/python/bench_models.py --out pytorch.json
+"""
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+MODES = ("native", "expandable", "xseg")
+WORKLOADS = ("llama", "gpt2", "graph")
+GiB = float(1 << 30)
+
+# (batch, prompt length, new tokens)
+LLAMA_CALLS = ((1, 16, 32), (4, 128, 32), (16, 64, 16), (8, 1024, 16), (2, 512, 32),
+               (16, 256, 24), (1, 1024, 32), (12, 384, 16), (4, 768, 24), (16, 1024, 16),
+               (6, 32, 32), (10, 640, 20))
+# (batch, sequence length)
+GPT2_STEPS = ((8, 512), (4, 1024), (16, 256), (2, 1024), (12, 384), (6, 768), (16, 512),
+              (3, 896), (10, 640), (8, 1024))
+
+
+# ---------------------------------------------------------------- child side
+
+class Meter:
+    """Peak device memory: cudaMemGetInfo drop since the baseline, and the
+    memory outside the allocator plus the allocator's reserved peak."""
+
+    def __init__(self, torch, stats):
+        self.torch, self.stats = torch, stats
+        torch.cuda.synchronize()
+        self.base_free = torch.cuda.mem_get_info()[0]
+        self.peak_drop = 0
+        self.peak_device = 0
+
+    def poll(self):
+        self.torch.cuda.synchronize()
+        drop = self.base_free - self.torch.cuda.mem_get_info()[0]
+        st = self.stats()
+        outside = drop - st.get("reserved_bytes.all.current", 0)
+        self.peak_drop = max(self.peak_drop, drop)
+        self.peak_device = max(self.peak_device, drop,
+                               outside + st.get("reserved_bytes.all.peak", 0))
+
+    def result(self):
+        st = self.stats()
+        return {"peak_device_bytes": self.peak_device, "peak_drop_polled_bytes": self.peak_drop,
+                "peak_reserved_bytes": st.get("reserved_bytes.all.peak", 0),
+                "peak_allocated_bytes": st.get("allocated_bytes.all.peak", 0),
+                "peak_requested_bytes": st.get("requested_bytes.all.peak", 0),
+                "final_reserved_bytes": st.get("reserved_bytes.all.current", 0)}
+
+
+def setup_mode(mode, xseg_conf):
+    """Allocator switch before torch touches CUDA, then deterministic
+    settings and CUDA init; returns (torch, stats function, info)."""
+    import torch
+    info = {"torch": torch.__version__}
+    if mode == "xseg":
+        import xseg
+        xseg.install(xseg_conf)
+        info.update(xseg_library=xseg.library_path(), xseg_hooks=list(xseg.hooks()),
+                    xseg_conf=os.environ.get("XSEG_CONF", ""))
+        stats = xseg.memory_stats
+    else:
+        def stats():
+            return torch.cuda.memory_stats()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.cuda.init()
+    info["gpu"] = torch.cuda.get_device_name(0)
+    return torch, stats, info
+
+
+def make_config(cls, attn, **kw):
+    try:
+        return cls(attn_implementation=attn, **kw)
+    except TypeError:
+        config = cls(**kw)
+        config._attn_implementation = attn
+        return config
+
+
+def build(torch, cls, config, dtype, seed):
+    """The model with random weights, made on the GPU in `dtype`."""
+    torch.manual_seed(seed)
+    model = None
+    with torch.device("cuda"):
+        for kw in ("dtype", "torch_dtype"):
+            try:
+                model = cls._from_config(config, **{kw: dtype})
+                break
+            except TypeError:
+                continue
+        if model is None:
+            model = cls(config)
+    if next(model.parameters()).dtype != dtype:
+        model = model.to(dtype)
+    return model
+
+
+def timed(torch, fn):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = fn()
+    torch.cuda.synchronize()
+    return out, time.perf_counter() - t0
+
+
+def llama_config(transformers):
+    """Llama-3.2-1B shapes: 1.24 B parameters."""
+    return make_config(
+        transformers.LlamaConfig, "sdpa", vocab_size=128256, hidden_size=2048,
+        intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+        num_key_value_heads=8, max_position_embeddings=4096, tie_word_embeddings=True,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+
+def llama_pass(torch, model, meter, seed, digest):
+    """One pass over LLAMA_CALLS: (generated tokens, seconds)."""
+    tokens, seconds = 0, 0.0
+    for i, (b, plen, new) in enumerate(LLAMA_CALLS):
+        g = torch.Generator().manual_seed(seed + i)
+        ids = torch.randint(3, 128256, (b, plen), generator=g).cuda()
+        mask = torch.ones_like(ids)
+        out, dt = timed(torch, lambda: model.generate(
+            input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=new,
+            min_new_tokens=new, pad_token_id=0))
+        digest.update(out[:, plen:].cpu().numpy().tobytes())
+        tokens += b * new
+        seconds += dt
+        del out, ids, mask
+        meter.poll()
+    return tokens, seconds
+
+
+def run_llama(torch, stats, seed, passes):
+    import transformers
+    meter = Meter(torch, stats)
+    model = build(torch, transformers.LlamaForCausalLM, llama_config(transformers),
+                  torch.bfloat16, seed).eval()
+    meter.poll()
+    digests, rates = [], []
+    with torch.no_grad():
+        for p in range(passes):
+            d = hashlib.sha256()
+            tokens, secs = llama_pass(torch, model, meter, seed, d)
+            digests.append(d.hexdigest())
+            if p > 0 or passes == 1:
+                rates.append(tokens / secs)
+    out = meter.result()
+    out.update(throughput=max(rates), throughput_unit="generated tokens/s",
+               throughput_all=rates, output_hash=digests[0],
+               outputs_stable_across_passes=len(set(digests)) == 1,
+               params=sum(p.numel() for p in model.parameters()))
+    return out
+
+
+def gpt2_config(transformers):
+    """GPT-2 medium shapes: 355 M parameters (eager attention: deterministic
+    backward)."""
+    return make_config(
+        transformers.GPT2Config, "eager", vocab_size=50257, n_positions=1024, n_embd=1024,
+        n_layer=24, n_head=16, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        use_cache=False)
+
+
+def gpt2_round(torch, model, opt, meter, seed, losses):
+    steps_tokens, seconds = 0, 0.0
+    for i, (b, s) in enumerate(GPT2_STEPS):
+        g = torch.Generator().manual_seed(seed + i)
+        ids = torch.randint(0, 50257, (b, s), generator=g).cuda()
+
+        def step():
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss.item()
+
+        loss, dt = timed(torch, step)
+        losses.append(loss)
+        steps_tokens += b * s
+        seconds += dt
+        del ids
+        meter.poll()
+    return steps_tokens, seconds
+
+
+def run_gpt2(torch, stats, seed, passes):
+    import transformers
+    meter = Meter(torch, stats)
+    model = build(torch, transformers.GPT2LMHeadModel, gpt2_config(transformers),
+                  torch.float32, seed).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    meter.poll()
+    losses, rates, steps_rates = [], [], []
+    for p in range(passes):
+        tokens, secs = gpt2_round(torch, model, opt, meter, seed, losses)
+        if p > 0 or passes == 1:
+            rates.append(tokens / secs)
+            steps_rates.append(len(GPT2_STEPS) / secs)
+    out = meter.result()
+    out.update(throughput=max(rates), throughput_unit="training tokens/s",
+               steps_per_s=max(steps_rates), throughput_all=rates, losses=losses,
+               output_hash=hashlib.sha256(repr(losses).encode()).hexdigest(),
+               params=sum(p.numel() for p in model.parameters()))
+    return out
+
+
+def make_block(torch, d=1024, heads=16, ff=4096):
+    """A pre-norm transformer block of plain ops (all capturable)."""
+    nn, F = torch.nn, torch.nn.functional
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.fc1, self.fc2 = nn.Linear(d, ff), nn.Linear(ff, d)
+
+        def forward(self, x):
+            b, s, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, heads, d // heads).permute(2, 0, 3, 1, 4)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(a.transpose(1, 2).reshape(b, s, d))
+            return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+    return Block()
+
+
+def run_graph(torch, stats, seed, passes):
+    meter = Meter(torch, stats)
+    torch.manual_seed(seed)
+    layer = make_block(torch).to("cuda", torch.bfloat16).eval()
+    static = torch.randn(8, 256, 1024, device="cuda", dtype=torch.bfloat16)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.no_grad(), torch.cuda.stream(side):
+        for _ in range(3):
+            layer(static)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(graph):
+        static_out = layer(static)
+    junk = [torch.full((1 << 20,), 7.0, device="cuda") for _ in range(32)]
+    meter.poll()
+    digest, worst, replays, secs = hashlib.sha256(), 0.0, 0, 0.0
+    with torch.no_grad():
+        for i in range(20 * passes):
+            g = torch.Generator().manual_seed(seed + i)
+            x = torch.randn(8, 256, 1024, generator=g).to("cuda", torch.bfloat16)
+            static.copy_(x)
+            _, dt = timed(torch, graph.replay)
+            ref = layer(x)
+            worst = max(worst, float((static_out.float() - ref.float()).abs().max()))
+            digest.update(static_out.cpu().view(torch.int16).numpy().tobytes())
+            replays, secs = replays + 1, secs + dt
+    intact = all(bool((j == 7.0).all()) for j in junk)
+    meter.poll()
+    out = meter.result()
+    out.update(throughput=replays / secs, throughput_unit="graph replays/s",
+               output_hash=digest.hexdigest(), max_abs_diff_vs_eager=worst,
+               eager_memory_intact=intact, graph_ok=intact and worst < 0.05)
+    return out
+
+
+RUNNERS = {"llama": run_llama, "gpt2": run_gpt2, "graph": run_graph}
+
+
+def child(args):
+    result = {"workload": args.workload, "mode": args.mode, "seed": args.seed}
+    try:
+        torch, stats, info = setup_mode(args.mode, args.xseg_conf)
+        result.update(info)
+        t0 = time.perf_counter()
+        result.update(RUNNERS[args.workload](torch, stats, args.seed, args.passes))
+        result["wall_s"] = time.perf_counter() - t0
+        if args.mode != "xseg":
+            result["expandable_segments_seen"] = any(
+                seg.get("is_expandable", False) for seg in torch.cuda.memory_snapshot())
+        rc = 0
+    except BaseException as e:  # noqa: BLE001 (everything goes to the report)
+        result["error"] = f"{type(e).__name__}: {e}"
+        result["traceback"] = traceback.format_exc()
+        rc = 1
+    with open(args.child_out, "w") as f:
+        json.dump(result, f)
+    return rc
+
+
+# --------------------------------------------------------------- parent side
+
+def mode_env(mode):
+    env = dict(os.environ)
+    for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF"):
+        env.pop(k, None)
+    if mode == "expandable":
+        env["PYTORCH_ALLOC_CONF"] = "expandable_segments:True"
+        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    here = os.path.dirname(os.path.abspath(__file__))
+    env["PYTHONPATH"] = os.pathsep.join([here] + [p for p in env.get("PYTHONPATH", "").split(
+        os.pathsep) if p])
+    return env
+
+
+def run_one(args, workload, mode, timeout):
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "result.json")
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", "--workload", workload,
+               "--mode", mode, "--seed", str(args.seed), "--passes", str(args.passes),
+               "--child-out", out]
+        if args.xseg_conf:
+            cmd += ["--xseg-conf", args.xseg_conf]
+        t0 = time.perf_counter()
+        try:
+            p = subprocess.run(cmd, env=mode_env(mode), capture_output=True, text=True,
+                               timeout=timeout)
+            rc, stderr = p.returncode, p.stderr
+        except subprocess.TimeoutExpired as e:
+            rc = "timeout"
+            stderr = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (
+                e.stderr or "")
+        res = {"workload": workload, "mode": mode}
+        if os.path.exists(out):
+            with open(out) as f:
+                res = json.load(f)
+        res["returncode"] = rc
+        res["subprocess_s"] = time.perf_counter() - t0
+        if rc != 0 and "error" not in res:
+            res["error"] = f"subprocess ended with {rc}"
+        if rc != 0:
+            res["stderr_tail"] = stderr[-4000:]
+        return res
+
+
+def compare(results):
+    """Per workload: outputs equal across modes, and the issue's figures."""
+    verdict = {}
+    for w in WORKLOADS:
+        rows = {m: r for (wl, m), r in results.items() if wl == w and "error" not in r}
+        if not rows:
+            continue
+        hashes = {m: r.get("output_hash") for m, r in rows.items()}
+        same = len(set(hashes.values())) == 1
+        v = {"outputs_identical": same if len(rows) == len(MODES) else (False if not same else None),
+             "hashes": hashes}
+        if w == "graph":
+            v["graph_ok"] = {m: r.get("graph_ok") for m, r in rows.items()}
+        if "xseg" in rows and "expandable" in rows:
+            v["xseg_peak_below_expandable"] = (rows["xseg"]["peak_device_bytes"]
+                                               < rows["expandable"]["peak_device_bytes"])
+        if "xseg" in rows and "native" in rows:
+            ratio = rows["xseg"]["throughput"] / rows["native"]["throughput"]
+            v["xseg_throughput_vs_native"] = ratio
+            v["xseg_throughput_within_2pct"] = ratio >= 0.98
+        verdict[w] = v
+    return verdict
+
+
+def fmt_gib(n):
+    return f"{n / GiB:8.3f}"
+
+
+def table(results, verdict):
+    head = (f"{'workload':8s} {'mode':10s} {'peak dev GiB':>12s} {'polled GiB':>10s} "
+            f"{'reserved':>9s} {'allocated':>9s} {'throughput':>12s} {'vs native':>9s}  output")
+    lines = [head, "-" * len(head)]
+    for w in WORKLOADS:
+        native = results.get((w, "native"), {})
+        for m in MODES:
+            r = results.get((w, m))
+            if r is None:
+                continue
+            if "error" in r:
+                lines.append(f"{w:8s} {m:10s} ERROR: {r['error'][:90]}")
+                continue
+            rel = (f"{100 * (r['throughput'] / native['throughput'] - 1):+8.2f}%"
+                   if "throughput" in native else f"{'-':>9s}")
+            lines.append(f"{w:8s} {m:10s} {fmt_gib(r['peak_device_bytes']):>12s} "
+                         f"{fmt_gib(r['peak_drop_polled_bytes']):>10s} "
+                         f"{fmt_gib(r['peak_reserved_bytes']):>9s} "
+                         f"{fmt_gib(r['peak_allocated_bytes']):>9s} "
+                         f"{r['throughput']:12.1f} {rel}  {r['output_hash'][:12]}")
+        if w in verdict:
+            v = verdict[w]
+            lines.append(f"{'':8s} outputs identical: {v['outputs_identical']}; "
+                         f"xseg peak < expandable: {v.get('xseg_peak_below_expandable')}; "
+                         f"xseg throughput within 2%: {v.get('xseg_throughput_within_2pct')}")
+    units = {w: next((r["throughput_unit"] for (wl, _), r in results.items()
+                      if wl == w and "throughput_unit" in r), "") for w in WORKLOADS}
+    lines.append("throughput: " + "; ".join(f"{w} in {u}" for w, u in units.items() if u))
+    return "\n".join(lines)
+
+
+OUTPUT_WORD = {True: "identical", False: "DIFFER", None: "incomplete"}
+
+
+def markdown(results, verdict):
+    """The results as a Markdown table (for docs/pytorch.md)."""
+    lines = ["| workload | allocator | peak device memory (GiB) | peak reserved (GiB) | "
+             "peak allocated (GiB) | throughput | vs native | outputs |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]
+    for w in WORKLOADS:
+        native = results.get((w, "native"), {})
+        same = verdict.get(w, {}).get("outputs_identical")
+        for m in MODES:
+            r = results.get((w, m))
+            if r is None:
+                continue
+            if "error" in r:
+                lines.append(f"| {w} | {m} | error: {r['error'][:60]} | | | | | |")
+                continue
+            rel = (f"{100 * (r['throughput'] / native['throughput'] - 1):+.2f}%"
+                   if "throughput" in native else "")
+            lines.append(
+                f"| {w} | {m} | {r['peak_device_bytes'] / GiB:.3f} | "
+                f"{r['peak_reserved_bytes'] / GiB:.3f} | {r['peak_allocated_bytes'] / GiB:.3f} | "
+                f"{r['throughput']:.1f} {r['throughput_unit']} | {rel} | "
+                f"{OUTPUT_WORD[same]} ({r['output_hash'][:10]}) |")
+    return "\n".join(lines)
+
+
+def write(path, args, results, verdict, started):
+    doc = {"command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+           "seed": args.seed, "passes": args.passes, "xseg_conf": args.xseg_conf,
+           "started": started, "elapsed_s": time.time() - started,
+           "results": [results[k] for k in sorted(results)], "verdict": verdict,
+           "markdown": markdown(results, verdict)}
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=1)
+    os.replace(tmp, path)
+
+
+def parent(args):
+    started = time.time()
+    results, verdict = {}, {}
+    for w in args.workloads:
+        for m in args.modes:
+            left = args.budget - (time.time() - started)
+            if left < 30:
+                results[(w, m)] = {"workload": w, "mode": m, "subprocess_s": 0.0,
+                                   "error": f"skipped: the {args.budget} s budget is spent"}
+                continue
+            print(f"[bench] {w} / {m} ...", flush=True)
+            r = run_one(args, w, m, min(args.timeout, left))
+            results[(w, m)] = r
+            status = r.get("error") or (f"peak {fmt_gib(r['peak_device_bytes']).strip()} GiB, "
+                                        f"{r['throughput']:.1f} {r['throughput_unit']}")
+            print(f"[bench] {w} / {m}: {status} ({r['subprocess_s']:.0f} s)", flush=True)
+            verdict = compare(results)
+            if args.out:
+                write(args.out, args, results, verdict, started)
+    print()
+    print(table(results, verdict))
+    print()
+    print(markdown(results, verdict))
+    failed = [k for k, r in results.items() if "error" in r]
+    return 1 if failed else 0
+
+
+def parse(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", help="write the results as JSON here")
+    ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
+    ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--passes", type=int, default=2,
+                    help="passes over each schedule; the first warms up, the fastest later "
+                         "one gives the throughput")
+    ap.add_argument("--timeout", type=int, default=240, help="seconds per subprocess")
+    ap.add_argument("--budget", type=int, default=540,
+                    help="seconds for the whole run; later runs are skipped past it")
+    ap.add_argument("--xseg-conf", default=None, help="conf for xseg.install()")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--workload", help=argparse.SUPPRESS)
+    ap.add_argument("--mode", help=argparse.SUPPRESS)
+    ap.add_argument("--child-out", help=argparse.SUPPRESS)
+    return ap.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse(argv)
+    return child(args) if args.child else parent(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

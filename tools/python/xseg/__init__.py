@@ -1,0 +1,37 @@
+"""xseg: use the xseg expandable-segments GPU allocator from PyTorch.
+
+Pure Python over libxseg.so (ctypes).  The public functions:
+
+    install(conf=None)      switch PyTorch to xseg (before its first CUDA use)
+    memory_stats(device)    torch.cuda.memory_stats()-style dict (+ "xseg.*")
+    empty_cache()           give cached memory back to the driver
+    summary(device)         readable table, like torch.cuda.memory_summary()
+    stats_json(device)      the library's JSON statistics
+    prometheus(device)      Prometheus text exposition, for a /metrics page
+    reset_peak_stats(device), last_error(), library_path(), version()
+
+See docs/pytorch.md in the xseg source tree.
+"""
+from ._conf import format_conf, set_conf
+from ._lib import XsegError, last_error
+from ._lib import path as library_path
+from ._lib import version as library_version
+from ._stats import (backend, empty_cache, memory_stats, prometheus, raw_stats,
+                     reset_peak_stats, stats_dict, stats_json)
+from ._summary import summary
+from ._torch import has_graph_hooks, hooks, install, installed
+
+__version__ = "0.1.0"
+
+
+def version():
+    """Version of the loaded libxseg."""
+    return library_version()
+
+
+__all__ = [
+    "XsegError", "backend", "empty_cache", "format_conf", "has_graph_hooks", "hooks",
+    "install", "installed", "last_error", "library_path", "memory_stats", "prometheus",
+    "raw_stats", "reset_peak_stats", "set_conf", "stats_dict", "stats_json", "summary",
+    "version",
+]

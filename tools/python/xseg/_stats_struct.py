@@ -1,0 +1,43 @@
+"""_stats_struct: ctypes mirror of struct xseg_stats (include/xseg.h).
+
+Keep in the order of the C header.  The library fills at most `size` bytes
+and writes back how many it filled, so a mismatch shows as a returned size
+different from ctypes.sizeof(XsegStats) (tests/test_struct.py checks it).
+"""
+import ctypes
+
+u32, i32, u64 = ctypes.c_uint32, ctypes.c_int32, ctypes.c_uint64
+
+STATS_VERSION = 1
+
+# enum xseg_op, in order; XSEG_OP_COUNT entries.
+OPS = ("reserve", "address_free", "create", "release", "map", "unmap", "set_access",
+       "mem_info", "event_create", "event_record", "event_query", "event_sync",
+       "event_destroy", "stream_sync")
+OP_MAP = OPS.index("map")
+OP_UNMAP = OPS.index("unmap")
+
+
+class XsegCounter(ctypes.Structure):
+    _fields_ = [("current", u64), ("peak", u64), ("total", u64)]
+
+
+COUNTERS = ("allocated_bytes", "requested_bytes", "active_blocks", "reserved_va_bytes",
+            "mapped_bytes", "cached_bytes", "segments", "handles")
+
+SCALARS = ("driver_errors", "alloc_calls", "free_calls", "alloc_retries", "ooms", "syncs",
+           "gc_runs", "trims", "released_bytes", "deferred_frees", "largest_free_block",
+           "mapped_cap", "device_total", "page_size")
+
+
+class XsegStats(ctypes.Structure):
+    _fields_ = ([("size", u32), ("version", u32), ("device", i32), ("reserved0", u32)]
+                + [(name, XsegCounter) for name in COUNTERS]
+                + [("driver_calls", u64 * len(OPS))]
+                + [(name, u64) for name in SCALARS])
+
+
+def new_stats():
+    s = XsegStats()
+    s.size = ctypes.sizeof(XsegStats)
+    return s
