@@ -120,6 +120,8 @@ xseg_status xseg_history_json(xseg_t *xs, char *buf, size_t cap, size_t *len)
 {
     if (!xs)
         return xseg_fail(NULL, XSEG_ERR_INVALID_ARG, "xseg_history_json: allocator is NULL");
+    if (xseg_check_fork(xs, "xseg_history_json") != XSEG_OK)
+        return XSEG_ERR_FORKED;
     if (!buf && cap)
         return xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_history_json: buf is NULL");
     if (!xs->hist)
@@ -127,9 +129,9 @@ xseg_status xseg_history_json(xseg_t *xs, char *buf, size_t cap, size_t *len)
                          "xseg_history_json: history is off for device %d; "
                          "create the allocator with history:N", xs->device);
     hbuf b = {buf, cap, 0};
-    pthread_mutex_lock(&xs->lock);
+    xlock_lock(&xs->lock);
     render(xs, &b);
-    pthread_mutex_unlock(&xs->lock);
+    xlock_unlock(&xs->lock);
     if (len)
         *len = b.len;
     if (b.len + 1 > cap)

@@ -4,9 +4,10 @@
  * The process's file $XSEG_SHM_DIR/xseg.<pid> (layout: shm_format.h) is made
  * when its first publishing allocator is created and removed when the last
  * one is destroyed (or at exit).  Each allocator claims one record; an
- * update copies a few dozen counters into it under a seqlock: a bounded
- * number of relaxed stores, no system call, no lock beyond the allocator's
- * own (which the caller holds). */
+ * update copies ten counters into it under a seqlock (the 25 others only
+ * when a driver call, trim, retry or cap change may have moved them): a
+ * bounded number of relaxed stores, no system call, no lock beyond the
+ * allocator's own (which the caller holds). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -30,6 +31,7 @@ typedef struct xshm {
     xseg_shm_record *rec;
     pid_t pid;        /* the process that claimed it (fork check) */
     uint64_t updates;
+    uint64_t cold_sig; /* cold_signature() at the last copy of the cold fields */
 } xshm;
 
 /* The process's file. */
@@ -55,22 +57,29 @@ static void put(xseg_shm_record *r, unsigned f, uint64_t v)
 
 /* ---- the hot-path update ---- */
 
-static void put_counters(xseg_t *xs, xseg_shm_record *r, uint64_t updates)
+/* Fields that change on (nearly) every alloc / free. */
+static void put_hot(xseg_t *xs, xseg_shm_record *r, uint64_t updates)
 {
     put(r, XSF_UPDATES, updates);
-    put(r, XSF_CAP, xs->cap == SIZE_MAX ? 0 : xs->cap);
     put(r, XSF_ALLOCATED, xs->allocated.cur);
     put(r, XSF_ALLOCATED_PEAK, xs->allocated.peak);
     put(r, XSF_REQUESTED, xs->requested.cur);
     put(r, XSF_ACTIVE, xs->active.cur);
     put(r, XSF_MAPPED, xs->mapped.cur);
     put(r, XSF_MAPPED_PEAK, xs->mapped.peak);
-    put(r, XSF_VA, xs->va.cur);
-    put(r, XSF_SEGMENTS, xs->segments.cur);
-    put(r, XSF_HANDLES, xs->handles.cur);
     put(r, XSF_ALLOC_CALLS, xs->alloc_calls);
     put(r, XSF_FREE_CALLS, xs->free_calls);
     put(r, XSF_OOMS, xs->ooms);
+}
+
+/* Fields that change only along with a driver call, a trim, a retry, a GC
+ * run or a new cap. */
+static void put_cold(xseg_t *xs, xseg_shm_record *r)
+{
+    put(r, XSF_CAP, xs->cap == SIZE_MAX ? 0 : xs->cap);
+    put(r, XSF_VA, xs->va.cur);
+    put(r, XSF_SEGMENTS, xs->segments.cur);
+    put(r, XSF_HANDLES, xs->handles.cur);
     put(r, XSF_RETRIES, xs->retries);
     put(r, XSF_TRIMS, xs->trims);
     put(r, XSF_GC_RUNS, xs->gc_runs);
@@ -82,14 +91,29 @@ static void put_counters(xseg_t *xs, xseg_shm_record *r, uint64_t updates)
         put(r, XSF_DRV + i, xs->drv_calls[i]);
 }
 
+/* Changes whenever a cold field may have changed (a sum of loads: cheaper
+ * than the stores it saves on the common path without driver calls). */
+static uint64_t cold_signature(const xseg_t *xs)
+{
+    uint64_t sig = xs->trims + xs->retries + xs->gc_runs + xs->cap;
+    for (unsigned i = 0; i < XSEG_OP_COUNT; i++)
+        sig += xs->drv_calls[i];
+    return sig;
+}
+
 void xseg_shm_update(xseg_t *xs)
 {
     xshm *m = xs->shm;
     xseg_shm_record *r = m->rec;
+    uint64_t sig = cold_signature(xs);
     uint64_t s = atomic_load_explicit(&r->seq, memory_order_relaxed);
     atomic_store_explicit(&r->seq, s + 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
-    put_counters(xs, r, ++m->updates);
+    put_hot(xs, r, ++m->updates);
+    if (sig != m->cold_sig) {
+        put_cold(xs, r);
+        m->cold_sig = sig;
+    }
     atomic_store_explicit(&r->seq, s + 2, memory_order_release);
 }
 
@@ -207,7 +231,9 @@ static void publish_first(xseg_t *xs, xshm *m)
     put(r, XSF_CREATED_NS, now_ns(CLOCK_REALTIME));
     put(r, XSF_DEVICE_TOTAL, xs->dev_total);
     put(r, XSF_PAGE_SIZE, xs->arena.page);
-    put_counters(xs, r, ++m->updates);
+    put_hot(xs, r, ++m->updates);
+    put_cold(xs, r);
+    m->cold_sig = cold_signature(xs);
     atomic_store_explicit(&r->seq, s + 2, memory_order_release);
     atomic_store_explicit(&r->state, XSEG_SHM_USED, memory_order_release);
 }

@@ -58,6 +58,23 @@ static void render_handles(sbuf *b, const xarena *ar)
     }
 }
 
+static int page_mapped(const xarena *ar, size_t p)
+{
+    return (int)((ar->mapped_bits[p >> 6] >> (p & 63)) & 1);
+}
+
+/* Bytes of [a, b) that lie in mapped pages. */
+static size_t block_mapped(const xarena *ar, uintptr_t a, uintptr_t b)
+{
+    size_t p0 = (a - ar->base) >> ar->shift, p1 = (b - 1 - ar->base) >> ar->shift;
+    if (p0 == p1)
+        return page_mapped(ar, p0) ? b - a : 0;
+    uintptr_t end0 = ar->base + ((p0 + 1) << ar->shift), start1 = ar->base + (p1 << ar->shift);
+    size_t m = page_mapped(ar, p0) ? end0 - a : 0;
+    m += page_mapped(ar, p1) ? b - start1 : 0;
+    return m + (xbm_count(ar->mapped_bits, p0 + 1, p1) << ar->shift);
+}
+
 static const char *state_of(const xseg_t *xs, const xblock *b)
 {
     uintptr_t v;
@@ -95,8 +112,7 @@ static void render_block(sbuf *b, const xseg_t *xs, const xblock *k, const char 
         sput(b, "%llu", (ull)(uintptr_t)s->handle);
     else
         sput(b, "null");
-    sput(b, ",\"mapped\":%llu",
-         (ull)(k->size - xarena_unmapped_bytes(xs, k->addr, k->addr + k->size)));
+    sput(b, ",\"mapped\":%llu", (ull)block_mapped(&xs->arena, k->addr, k->addr + k->size));
     if (k->flags & XB_SLAB)
         render_slots(b, k->slab);
     sput(b, "}");
@@ -133,12 +149,14 @@ xseg_status xseg_snapshot_json(xseg_t *xs, char *buf, size_t cap, size_t *len)
 {
     if (!xs)
         return xseg_fail(NULL, XSEG_ERR_INVALID_ARG, "xseg_snapshot_json: allocator is NULL");
+    if (xseg_check_fork(xs, "xseg_snapshot_json") != XSEG_OK)
+        return XSEG_ERR_FORKED;
     if (!buf && cap)
         return xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_snapshot_json: buf is NULL");
     sbuf b = {buf, cap, 0};
-    pthread_mutex_lock(&xs->lock);
+    xlock_lock(&xs->lock);
     render(&b, xs);
-    pthread_mutex_unlock(&xs->lock);
+    xlock_unlock(&xs->lock);
     if (len)
         *len = b.len;
     if (b.len + 1 > cap)

@@ -1,0 +1,191 @@
+/* test_monitor_prom.c: xseg_stats_prometheus (lib/prom.c) checked line by
+ * line without outside tools: HELP and TYPE before each family's samples,
+ * names and suffixes, the device label, values equal to the stats, the cap
+ * as +Inf or bytes, buffer rules.  test_monitor_promparse.c runs real
+ * Prometheus parsers on the same text. */
+#include <check.h>
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "xseg.h"
+
+#define MIB ((size_t)1 << 20)
+
+static xseg_t *make(const char *conf)
+{
+    xseg_t *xs = NULL;
+    ck_assert_msg(xseg_create(&xs, 0, conf) == XSEG_OK, "%s", xseg_last_error());
+    return xs;
+}
+
+static char *render(xseg_t *xs)
+{
+    size_t len = 0;
+    ck_assert_int_eq(xseg_stats_prometheus(xs, NULL, 0, &len), XSEG_ERR_BUFFER_TOO_SMALL);
+    char *buf = malloc(len + 1);
+    ck_assert_int_eq(xseg_stats_prometheus(xs, buf, len + 1, &len), XSEG_OK);
+    ck_assert_uint_eq(strlen(buf), len);
+    return buf;
+}
+
+/* The value of the sample line starting with `series` ("name{labels}"). */
+static const char *sample(const char *text, const char *series)
+{
+    size_t n = strlen(series);
+    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (!strncmp(p, series, n) && p[n] == ' ')
+            return p + n + 1;
+    ck_abort_msg("no sample %s", series);
+    return NULL;
+}
+
+static unsigned long long value(const char *text, const char *series)
+{
+    return strtoull(sample(text, series), NULL, 10);
+}
+
+static int valid_name(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!(islower((unsigned char)s[i]) || s[i] == '_' || (i && isdigit((unsigned char)s[i]))))
+            return 0;
+    return n > 5 && !strncmp(s, "xseg_", 5);
+}
+
+/* Every sample belongs to the family announced just before it by HELP
+ * and TYPE; counters end in _total; every sample has device="0". */
+static void check_structure(const char *text)
+{
+    char family[128] = "", type[16] = "";
+    int help = 0, samples = 0, families = 0;
+    const char *p = text;
+    while (*p) {
+        const char *e = strchr(p, '\n');
+        ck_assert_ptr_nonnull(e); /* every line ends with a newline */
+        size_t n = (size_t)(e - p);
+        if (!strncmp(p, "# HELP ", 7)) {
+            ck_assert_int_eq(sscanf(p + 7, "%127s", family), 1);
+            ck_assert(valid_name(family, strlen(family)));
+            help = 1;
+            families++;
+        } else if (!strncmp(p, "# TYPE ", 7)) {
+            char name[128];
+            ck_assert_int_eq(sscanf(p + 7, "%127s %15s", name, type), 2);
+            ck_assert(help);
+            ck_assert_str_eq(name, family);
+            ck_assert(!strcmp(type, "gauge") || !strcmp(type, "counter"));
+            if (!strcmp(type, "counter"))
+                ck_assert_str_eq(family + strlen(family) - 6, "_total");
+        } else {
+            size_t fl = strlen(family);
+            ck_assert_msg(n > fl && !strncmp(p, family, fl) && p[fl] == '{', "%.*s", (int)n, p);
+            ck_assert_msg(!strncmp(p + fl, "{device=\"0\"", 11), "%.*s", (int)n, p);
+            const char *close = memchr(p, '}', n);
+            ck_assert_ptr_nonnull(close);
+            ck_assert(close[1] == ' ' && close + 2 < e);
+            samples++;
+        }
+        p = e + 1;
+    }
+    ck_assert_int_ge(families, 30);
+    ck_assert_int_ge(samples, families);
+}
+
+START_TEST(t_structure_and_values)
+{
+    xseg_t *xs = make("backend:host,host_capacity:256MB");
+    void *p[5];
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_eq(xseg_alloc(xs, (size_t)(i + 1) * MIB + 3, NULL, &p[i]), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, p[0]), XSEG_OK);
+    char *text = render(xs);
+    check_structure(text);
+    xseg_stats s = {.size = sizeof s};
+    ck_assert_int_eq(xseg_get_stats(xs, &s), XSEG_OK);
+    ck_assert_uint_eq(value(text, "xseg_allocated_bytes{device=\"0\"}"), s.allocated_bytes.current);
+    ck_assert_uint_eq(value(text, "xseg_allocated_peak_bytes{device=\"0\"}"),
+                      s.allocated_bytes.peak);
+    ck_assert_uint_eq(value(text, "xseg_requested_bytes{device=\"0\"}"), s.requested_bytes.current);
+    ck_assert_uint_eq(value(text, "xseg_mapped_bytes{device=\"0\"}"), s.mapped_bytes.current);
+    ck_assert_uint_eq(value(text, "xseg_cached_bytes{device=\"0\"}"), s.cached_bytes.current);
+    ck_assert_uint_eq(value(text, "xseg_active_blocks{device=\"0\"}"), 4);
+    ck_assert_uint_eq(value(text, "xseg_alloc_calls_total{device=\"0\"}"), 5);
+    ck_assert_uint_eq(value(text, "xseg_free_calls_total{device=\"0\"}"), 1);
+    ck_assert_uint_eq(value(text, "xseg_allocations_total{device=\"0\"}"), 5);
+    ck_assert_uint_eq(value(text, "xseg_device_total_bytes{device=\"0\"}"), 256 * MIB);
+    ck_assert_uint_eq(value(text, "xseg_driver_calls_total{device=\"0\",op=\"map\"}"),
+                      s.driver_calls[XSEG_OP_MAP]);
+    ck_assert_uint_eq(value(text, "xseg_info{device=\"0\",backend=\"host\",version=\""
+                                  XSEG_VERSION_STRING "\"}"), 1);
+    free(text);
+    xseg_destroy(xs);
+}
+END_TEST
+
+START_TEST(t_cap_inf_or_bytes)
+{
+    xseg_t *xs = make("backend:host,host_capacity:256MB");
+    char *text = render(xs);
+    ck_assert(!strncmp(sample(text, "xseg_mapped_cap_bytes{device=\"0\"}"), "+Inf\n", 5));
+    free(text);
+    xseg_destroy(xs);
+    xs = make("backend:host,host_capacity:256MB,max_mapped:96MB");
+    text = render(xs);
+    ck_assert_uint_eq(value(text, "xseg_mapped_cap_bytes{device=\"0\"}"), 96 * MIB);
+    free(text);
+    xseg_destroy(xs);
+}
+END_TEST
+
+START_TEST(t_every_op)
+{
+    xseg_t *xs = make("backend:host,host_capacity:64MB");
+    char *text = render(xs), series[128];
+    for (int i = 0; i < XSEG_OP_COUNT; i++) {
+        snprintf(series, sizeof series, "xseg_driver_calls_total{device=\"0\",op=\"%s\"}",
+                 xseg_op_name((xseg_op)i));
+        sample(text, series);
+    }
+    free(text);
+    xseg_destroy(xs);
+}
+END_TEST
+
+START_TEST(t_buffer_rules)
+{
+    xseg_t *xs = make("backend:host,host_capacity:64MB");
+    char small[50];
+    size_t len = 0;
+    ck_assert_int_eq(xseg_stats_prometheus(xs, small, sizeof small, &len),
+                     XSEG_ERR_BUFFER_TOO_SMALL);
+    ck_assert_uint_gt(len, sizeof small);
+    ck_assert_uint_eq(strlen(small), sizeof small - 1);
+    ck_assert_ptr_nonnull(strstr(xseg_last_error(), "bytes needed"));
+    ck_assert_int_eq(xseg_stats_prometheus(xs, NULL, 3, NULL), XSEG_ERR_INVALID_ARG);
+    ck_assert_int_eq(xseg_stats_prometheus(NULL, small, sizeof small, NULL), XSEG_ERR_INVALID_ARG);
+    xseg_destroy(xs);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("monitor_prom");
+    TCase *tc = tcase_create("prom");
+    tcase_add_test(tc, t_structure_and_values);
+    tcase_add_test(tc, t_cap_inf_or_bytes);
+    tcase_add_test(tc, t_every_op);
+    tcase_add_test(tc, t_buffer_rules);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
