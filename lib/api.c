@@ -42,6 +42,15 @@ static int forked(const xseg_t *xs)
     return xs->fork_gen != atomic_load_explicit(&g_fork_gen, memory_order_relaxed);
 }
 
+xseg_status xseg_check_fork(xseg_t *xs, const char *what)
+{
+    if (!forked(xs))
+        return XSEG_OK;
+    return xseg_fail(xs, XSEG_ERR_FORKED,
+                     "%s: allocator of device %d used in a child after fork(); "
+                     "create a new one in the child", what, xs->device);
+}
+
 #define CHECK_XS(xs)                                                                        \
     do {                                                                                    \
         if (!(xs))                                                                          \
@@ -233,8 +242,10 @@ xseg_status xseg_destroy(xseg_t *xs)
     /* In a forked child the parent's memory must not be touched: free the
      * bookkeeping only, no driver call. */
     int child = forked(xs);
-    xlock_lock(&xs->lock);
-    xlock_unlock(&xs->lock);
+    if (!child) { /* a child must not wait: a parent's thread may have held it */
+        xlock_lock(&xs->lock);
+        xlock_unlock(&xs->lock);
+    }
     teardown(xs, !child);
     return XSEG_OK;
 }
@@ -286,11 +297,13 @@ static void escalate(xseg_t *xs, unsigned attempt)
     xseg_reclaim(xs, SIZE_MAX, 1);
 }
 
-static const char *oom_hint(const xseg_t *xs)
+/* The config key or action that would help, by the limit that was hit. */
+static const char *oom_hint(const xseg_t *xs, size_t size)
 {
-    if (xs->cap != SIZE_MAX)
-        return "raise max_mapped / memory_fraction, or free memory";
-    return "free memory, call xseg_trim on other allocators, or lower other processes' use";
+    if (xs->cap != SIZE_MAX && xs->mapped.cur + size > xs->cap)
+        return "raise max_mapped or memory_fraction (the cap was reached), or free memory";
+    return "free memory (the device is full): xseg_trim other allocators, or lower "
+           "release_threshold / set gc_threshold in other processes using xseg";
 }
 
 static void oom_notify(xseg_t *xs, size_t size, const xseg_stats *st, size_t device_free)
@@ -300,7 +313,8 @@ static void oom_notify(xseg_t *xs, size_t size, const xseg_stats *st, size_t dev
         return;
     xseg_oom_info info = {xs->device, size, xs->allocated.cur, xs->mapped.cur,
                           st->cached_bytes.current, xs->cap == SIZE_MAX ? 0 : xs->cap,
-                          st->largest_free_block, device_free, oom_hint(xs), xseg_last_error()};
+                          st->largest_free_block, device_free, oom_hint(xs, size),
+                          xseg_last_error()};
     xs->oom_cb(&info, xs->oom_user);
 }
 
@@ -321,7 +335,7 @@ static xseg_status oom_report(xseg_t *xs, size_t size)
               xseg_fmt_size(st.cached_bytes.current, c, sizeof c),
               xs->cap == SIZE_MAX ? "none" : xseg_fmt_size(xs->cap, cp, sizeof cp),
               xseg_fmt_size(st.largest_free_block, l, sizeof l), xseg_fmt_size(fr, f, sizeof f),
-              oom_hint(xs));
+              oom_hint(xs, size));
     oom_notify(xs, size, &st, fr);
     return XSEG_ERR_OOM;
 }
@@ -414,6 +428,11 @@ static xseg_status bad_pointer(xseg_t *xs, const void *ptr, const char *what)
                      "%s: %p is not a live allocation: already freed (double free)", what, ptr);
 }
 
+static xstream *owner_of(uintptr_t tag)
+{
+    return (tag & 1) ? ((xslab *)(tag & ~(uintptr_t)1))->owner : ((xblock *)tag)->owner;
+}
+
 static void sizes_of(uintptr_t addr, uintptr_t tag, size_t *block, size_t *req)
 {
     if (tag & 1) {
@@ -451,9 +470,10 @@ xseg_status xseg_free(xseg_t *xs, void *ptr)
             free((void *)u);
             u = 0;
         }
+        void *stream = owner_of(tag)->handle;
         if (!u)
             xseg_release_user(xs, addr, tag);
-        xseg_hist(xs, XEV_FREE, addr, req, NULL);
+        xseg_hist(xs, XEV_FREE, addr, req, stream);
         xseg_shm(xs);
     }
     xlock_unlock(&xs->lock);
@@ -471,7 +491,7 @@ xseg_status xseg_record_stream(xseg_t *xs, void *ptr, void *stream)
     if (!xseg_ptrmap_get(&xs->live, (uintptr_t)ptr, &tag)) {
         st = bad_pointer(xs, ptr, "xseg_record_stream");
     } else {
-        xstream *owner = (tag & 1) ? ((xslab *)(tag & ~(uintptr_t)1))->owner : ((xblock *)tag)->owner;
+        xstream *owner = owner_of(tag);
         xstream *s = xstream_get(xs, stream);
         if (!s)
             st = xseg_fail(xs, XSEG_ERR_OOM, "xseg: no host memory for a stream");
@@ -548,6 +568,7 @@ xseg_status xseg_reset_peak(xseg_t *xs)
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         all[i]->peak = all[i]->cur;
     xs->cached_peak = xs->mapped.cur > xs->allocated.cur ? xs->mapped.cur - xs->allocated.cur : 0;
+    xseg_shm(xs);
     xlock_unlock(&xs->lock);
     return XSEG_OK;
 }

@@ -35,7 +35,6 @@ static uint64_t now_ns(clockid_t clk)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-xseg_status xseg_hist_init(xseg_t *xs);
 xseg_status xseg_hist_init(xseg_t *xs)
 {
     uint64_t n = xs->conf.history;
@@ -50,7 +49,6 @@ xseg_status xseg_hist_init(xseg_t *xs)
     return XSEG_OK;
 }
 
-void xseg_hist_fini(xseg_t *xs);
 void xseg_hist_fini(xseg_t *xs)
 {
     free(xs->hist);

@@ -184,9 +184,17 @@ static inline void xseg_shm(xseg_t *xs)
     if (xs->shm)
         xseg_shm_update(xs);
 }
-/* Set up / tear down history and stats_shm per the conf. */
+/* Set up / tear down history and stats_shm per the conf (shm.c), and the
+ * history ring alone (history.c). */
 xseg_status xseg_monitor_init(xseg_t *xs);
 void xseg_monitor_fini(xseg_t *xs);
+xseg_status xseg_hist_init(xseg_t *xs);
+void xseg_hist_fini(xseg_t *xs);
+
+/* XSEG_OK, or XSEG_ERR_FORKED with a message when xs was created before a
+ * fork() and this is the child (api.c).  Entry points call it before
+ * taking xs->lock, which a parent's thread may have held at the fork. */
+xseg_status xseg_check_fork(xseg_t *xs, const char *what);
 
 /* Create an allocator over a given driver table (fault injection in tests). */
 xseg_status xseg_create_with_driver(xseg_t **out, int device, const char *conf,

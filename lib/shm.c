@@ -23,8 +23,6 @@
 #include "shm_format.h"
 
 /* history.c */
-xseg_status xseg_hist_init(xseg_t *xs);
-void xseg_hist_fini(xseg_t *xs);
 
 /* One allocator's publication. */
 typedef struct xshm {
