@@ -1,4 +1,4 @@
-/* test_replay.c: both shared traces replayed end to end through a host
+/* test_replay.c: both shared traces (bundled in tools/traces) replayed end to end through a host
  * allocator with the default configuration, every block's pattern checked
  * at free, and the fragmentation and driver-traffic budgets asserted. */
 #include <stdio.h>
@@ -13,7 +13,7 @@
 static void replay_file(const char *name, double max_ratio, double max_ops_per_1000)
 {
     char path[1024];
-    snprintf(path, sizeof path, "%s/traces/%s", XSEG_SHARED_DIR, name);
+    snprintf(path, sizeof path, "%s/tools/traces/%s", XSEG_SOURCE_DIR, name);
     xseg_trace *t = NULL;
     xseg_trace_error err;
     xseg_trace_status ts = xseg_trace_load(path, &t, &err);

@@ -45,8 +45,8 @@ static const char usage_text[] =
 "2 usage error (bad option or configuration).\n"
 "\n"
 "Examples:\n"
-"  xseg-replay shared/traces/llama_serve_s1.csv.gz\n"
-"  xseg-replay --conf backend:host --verify shared/traces/*.csv.gz\n"
+"  xseg-replay tools/traces/llama_serve_s1.csv.gz\n"
+"  xseg-replay --conf backend:host --verify tools/traces/*.csv.gz\n"
 "  xseg-replay --conf backend:host,max_mapped:3GB --repeat 3 trace.csv.gz\n"
 "  XSEG_CONF=release_threshold:0 xseg-replay --json trace.csv.gz | jq .ratio\n";
 
