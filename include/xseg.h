@@ -136,6 +136,12 @@ XSEG_API xseg_status xseg_free(xseg_t *xs, void *ptr);
 /* Mark that `ptr` is also used on `stream`: at free, its reuse waits for an
  * event recorded on that stream. */
 XSEG_API xseg_status xseg_record_stream(xseg_t *xs, void *ptr, void *stream);
+/* Before destroying a stream that was passed to this allocator: waits for
+ * the work queued on it, makes its cached blocks reusable by every stream,
+ * and never touches the stream again (a later stream with the same handle
+ * is a new stream).  Without it, xseg may record an event on the stream
+ * later, which the CUDA driver does not allow once it is destroyed. */
+XSEG_API xseg_status xseg_stream_retire(xseg_t *xs, void *stream);
 /* Size of the block behind a live pointer (rounded) and as requested. */
 XSEG_API xseg_status xseg_block_size(xseg_t *xs, const void *ptr, size_t *rounded,
                                      size_t *requested);

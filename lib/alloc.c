@@ -284,9 +284,8 @@ static int fits(const xseg_t *xs, const xblock *b, size_t size)
 }
 
 /* Take `size` bytes from free block b (at its placement) for owner s. */
-static xblock *carve(xseg_t *xs, xblock *b, size_t size, xstream *s)
+static xblock *carve_at(xseg_t *xs, xblock *b, uintptr_t at, size_t size, xstream *s)
 {
-    uintptr_t at = place(xs, b, size);
     if (at != b->addr)
         b = split_front(xs, b, at);
     free_remove(xs, b);
@@ -311,6 +310,34 @@ static xblock *carve(xseg_t *xs, xblock *b, size_t size, xstream *s)
     b->owner = s;
     b->flags = 0;
     return b;
+}
+
+static xblock *carve(xseg_t *xs, xblock *b, size_t size, xstream *s)
+{
+    return carve_at(xs, b, place(xs, b, size), size, s);
+}
+
+/* The tightest cached block of another stream that fits, if the GPU is done
+ * with it (checked without waiting), becomes neutral space: reusing it costs
+ * no driver call where mapping new memory would.  Returns the (merged)
+ * neutral block and in *at the adopted block's address. */
+static xblock *adopt(xseg_t *xs, xstream *s, size_t size, uintptr_t *at)
+{
+    xblock *best = NULL;
+    for (xstream *t = xs->all_streams; t; t = t->next_all) {
+        if (t == s || !t->idx.count)
+            continue;
+        xblock *c = xfi_find(&t->idx, size, SIZE_MAX);
+        if (c && (!best || c->size < best->size))
+            best = c;
+    }
+    if (!best || !xstream_done(xs, best->owner, best->epoch, 0))
+        return NULL;
+    free_remove(xs, best);
+    lru_remove(xs, best);
+    best->owner = NULL;
+    *at = best->addr;
+    return coalesce(xs, best, 1);
 }
 
 /* A free block of s just before neutral block n can be extended into n. */
@@ -368,6 +395,14 @@ static xblock *find_block(xseg_t *xs, xstream *s, size_t size, xstream **from, u
         *from = s;
         *epoch = b->epoch;
         return carve(xs, b, size, s);
+    }
+    if (!b && (!n || !xarena_all_mapped(xs, n->addr, n->addr + size))) {
+        uintptr_t at;
+        xblock *a = adopt(xs, s, size, &at);
+        if (a) {
+            *from = NULL;
+            return carve_at(xs, a, at, size, s);
+        }
     }
     if (!n)
         return NULL;
@@ -504,9 +539,23 @@ xseg_status xblk_alloc(xseg_t *xs, xstream *s, size_t size, size_t request, xblo
     return XSEG_OK;
 }
 
+void xblk_neutralize(xseg_t *xs, xstream *s)
+{
+    xblock *b;
+    while ((b = xfi_find(&s->idx, XSEG_MIN_BLOCK, SIZE_MAX)) != NULL) {
+        int in_lru = b->flags & XB_LRU;
+        free_remove(xs, b);
+        lru_remove(xs, b);
+        b->owner = NULL;
+        coalesce(xs, b, in_lru);
+    }
+}
+
 void xblk_free(xseg_t *xs, xblock *b)
 {
     xs->arena_used -= b->size;
+    if (b->owner && b->owner->retired)
+        b->owner = NULL; /* its stream's work is known to be done */
     b->epoch = b->owner ? b->owner->epoch : 0;
     b->stamp = ++xs->stamp;
     b = coalesce(xs, b, 1);

@@ -502,6 +502,17 @@ xseg_status xseg_record_stream(xseg_t *xs, void *ptr, void *stream)
     return st;
 }
 
+xseg_status xseg_stream_retire(xseg_t *xs, void *stream)
+{
+    CHECK_XS(xs);
+    uintptr_t v;
+    xlock_lock(&xs->lock);
+    if (xseg_ptrmap_get(&xs->streams, (uintptr_t)stream, &v))
+        xstream_retire(xs, (xstream *)v);
+    xlock_unlock(&xs->lock);
+    return XSEG_OK;
+}
+
 xseg_status xseg_block_size(xseg_t *xs, const void *ptr, size_t *rounded, size_t *requested)
 {
     CHECK_XS(xs);

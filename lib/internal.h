@@ -79,6 +79,7 @@ typedef struct xstream {
     uint64_t done;         /* every epoch <= done has completed on the GPU */
     void *event;           /* our reusable event on this stream */
     uint64_t ev_epoch;     /* epoch the event was recorded for, 0 = none */
+    int retired;           /* xseg_stream_retire: all its work is done */
     struct xstream *next_all;
 } xstream;
 
@@ -251,6 +252,8 @@ xstream *xstream_get(xseg_t *xs, void *handle);
 /* 1 when the GPU is done with work on s up to `epoch`; waits if `block`. */
 int xstream_done(xseg_t *xs, xstream *s, uint64_t epoch, int block);
 void xstreams_fini(xseg_t *xs, int call_driver);
+/* Wait for the stream's work, then detach it (xseg_stream_retire). */
+void xstream_retire(xseg_t *xs, xstream *s);
 xseg_status xuses_add(xseg_t *xs, uintptr_t addr, xstream *s);
 /* Move a freed user allocation with uses to the pending list. */
 xseg_status xpending_add(xseg_t *xs, uintptr_t addr, uintptr_t tag, xuses *u);
@@ -264,6 +267,8 @@ void xblock_put(xseg_t *xs, xblock *b);
 xseg_status xblk_alloc(xseg_t *xs, xstream *s, size_t size, size_t request, xblock **out);
 /* Return an arena block to the free state (coalescing). */
 void xblk_free(xseg_t *xs, xblock *b);
+/* Make every cached free block of s neutral (its GPU work is done). */
+void xblk_neutralize(xseg_t *xs, xstream *s);
 /* Reclaim cached memory: release up to `want` bytes (SIZE_MAX: all).  With
  * block, waits on events; otherwise only reclaims blocks already safe. */
 size_t xseg_reclaim(xseg_t *xs, size_t want, int block);

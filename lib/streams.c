@@ -70,7 +70,7 @@ static int poll_event(xseg_t *xs, xstream *s, int block)
 
 int xstream_done(xseg_t *xs, xstream *s, uint64_t epoch, int block)
 {
-    if (s->done >= epoch)
+    if (s->done >= epoch || s->retired)
         return 1;
     if (s->ev_epoch >= epoch && poll_event(xs, s, block))
         return 1;
@@ -81,6 +81,19 @@ int xstream_done(xseg_t *xs, xstream *s, uint64_t epoch, int block)
     if (record(xs, s) != XDRV_SUCCESS)
         return 0;
     return poll_event(xs, s, block);
+}
+
+void xstream_retire(xseg_t *xs, xstream *s)
+{
+    xstream_done(xs, s, s->epoch, 1);
+    s->retired = 1;
+    xseg_ptrmap_del(&xs->streams, (uintptr_t)s->handle, NULL);
+    if (xs->last_stream == s)
+        xs->last_stream = NULL;
+    if (s->event)
+        xseg_drv_count(xs, XSEG_OP_EVENT_DESTROY, xs->drv->event_destroy(xs->dctx, s->event));
+    s->event = NULL;
+    xblk_neutralize(xs, s);
 }
 
 void xstreams_fini(xseg_t *xs, int call_driver)

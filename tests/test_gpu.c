@@ -3,7 +3,8 @@
  * by kernels after growth, shrink, re-map and trim; random allocs and frees
  * keep every live pattern; a block freed while a kernel on another stream
  * (record_stream) still writes it is not handed out until that kernel is
- * done; out of memory at the device's real capacity leaks nothing; the
+ * done (and a control without record_stream shows the check catches a
+ * violation); out of memory at the device's real capacity leaks nothing; the
  * max_mapped / memory_fraction caps hold and trim gives memory back
  * (cuMemGetInfo); two allocators and the default allocator coexist.
  *
@@ -314,6 +315,7 @@ START_TEST(test_growth_shrink_trim)
     void *p[NSIZES] = {0};
     unsigned seed[NSIZES];
     size_t released = 0;
+    uint64_t left;
 
     for (size_t i = 0; i < NSIZES; i++) { /* growth */
         p[i] = xalloc(xs, k_sizes[i], S1);
@@ -336,13 +338,15 @@ START_TEST(test_growth_shrink_trim)
     for (size_t i = 0; i < NSIZES; i++)
         xfree(xs, p[i]);
     ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
-    ck_assert_uint_eq(stats_of(xs).mapped_bytes.current, 0);
+    left = stats_of(xs).mapped_bytes.current; /* checked last: go on meanwhile */
     for (size_t i = 0; i < NSIZES; i++) /* after trim */
         p[i] = xalloc(xs, k_sizes[i], S1);
     fill_all(p, 3000);
     for (size_t i = 0; i < NSIZES; i++)
         seed[i] = 3000 + (unsigned)i;
     check_all(p, seed);
+    ck_assert_msg(left == 0, "%llu bytes still mapped after freeing all and trim(0)",
+                  (unsigned long long)left);
 }
 END_TEST
 
@@ -437,48 +441,80 @@ typedef struct qblock {
     int was_done;  /* the writer had finished when it was handed out */
 } qblock;
 
-static void cross_stream(size_t size, int nq)
+static void check_reuse(const qblock *q, void *p, size_t size, unsigned seed, int record);
+
+/* The block p is freed while a kernel on S2 will write it 0.6 s later;
+ * nq blocks of its size are then allocated and filled on S1.  With
+ * record_stream (`record`) none may share bytes with p before the writer
+ * is done, and every one must keep its pattern.  Without it (the control)
+ * the allocator may reuse p at once, and such a reuse must then show the
+ * late write: proof that the data check catches a violation. */
+static void cross_stream(size_t size, int nq, int record)
 {
     xseg_t *xs = make("backend:cuda");
     void *ev = NULL, *p = xalloc(xs, size, S1);
     qblock q[NQ];
+    int reused = 0;
 
     CU(G.EventCreate(&ev, CU_EVENT_DISABLE_TIMING));
     fill(p, size, 1, S1);
     CU(G.StreamSynchronize(S1));
     spin_fill(p, size, 0xBADBAD, SPIN_NS, S2); /* writes p in 0.6 s */
     CU(G.EventRecord(ev, S2));
-    ck_assert_int_eq(xseg_record_stream(xs, p, S2), XSEG_OK);
+    if (record)
+        ck_assert_int_eq(xseg_record_stream(xs, p, S2), XSEG_OK);
     xfree(xs, p);
     for (int i = 0; i < nq; i++) {
         q[i].p = xalloc(xs, size, S1);
         q[i].was_done = G.EventQuery(ev) == 0;
         q[i].overlap = overlaps(q[i].p, size, p, size);
+        reused += q[i].overlap;
         fill(q[i].p, size, 500 + (unsigned)i, S1);
     }
     CU(G.StreamSynchronize(S1));
-    if (G.EventQuery(ev) == 0)
-        fprintf(stderr, "test_gpu: note: the writer ended before the reuses were filled "
-                        "(%zu B): the data check is weaker\n", size);
+    ck_assert_msg(G.EventQuery(ev) == CU_NOT_READY,
+                  "the writer ended before the reuses were filled: inconclusive");
     CU(G.CtxSynchronize());
-    for (int i = 0; i < nq; i++) {
-        ck_assert_msg(!q[i].overlap || q[i].was_done,
-                      "block %p (%zu B) handed out at %p while a kernel on another stream "
-                      "still wrote it", p, size, q[i].p);
-        expect_pattern(q[i].p, size, 500 + (unsigned)i, S1);
-    }
+    fprintf(stderr, "test_gpu: cross-stream %zu B, %s: %d of %d allocations reused the "
+            "freed block\n", size, record ? "record_stream" : "control", reused, nq);
+    for (int i = 0; i < nq; i++)
+        check_reuse(&q[i], p, size, 500 + (unsigned)i, record);
     CU(G.EventDestroy(ev));
+}
+
+static void check_reuse(const qblock *q, void *p, size_t size, unsigned seed, int record)
+{
+    unsigned bad = mismatches(q->p, size, seed, S1);
+
+    if (record) {
+        ck_assert_msg(!q->overlap || q->was_done,
+                      "block %p (%zu B) handed out at %p while a kernel on another stream "
+                      "still wrote it", p, size, q->p);
+        ck_assert_msg(bad == 0, "block %p (%zu B): %u words overwritten", q->p, size, bad);
+    } else if (q->overlap) {
+        ck_assert_msg(bad > 0, "control: %p reused the written block but shows no late "
+                      "write: the data check would miss a violation", q->p);
+    } else {
+        ck_assert_msg(bad == 0, "control: block %p (%zu B): %u words overwritten", q->p,
+                      size, bad);
+    }
 }
 
 START_TEST(test_cross_stream_small)
 {
-    cross_stream(4 * KIB, NQ);
+    cross_stream(4 * KIB, NQ, 1);
 }
 END_TEST
 
 START_TEST(test_cross_stream_large)
 {
-    cross_stream(256 * MIB, 8);
+    cross_stream(256 * MIB, 8, 1);
+}
+END_TEST
+
+START_TEST(test_cross_stream_control)
+{
+    cross_stream(256 * MIB, 8, 0);
 }
 END_TEST
 
@@ -519,9 +555,10 @@ START_TEST(test_oom_real_capacity)
             (double)got / GIB, (double)free0 / GIB, xseg_last_error());
     ck_assert_uint_ge(got, free0 / 10 * 9);
     ck_assert_uint_ge(stats_of(xs).ooms, 3);
-    fill(p[n - 1], 2 * MIB, 77, S1); /* the last block works */
+    xfree(xs, p[0]); /* room for whatever a launch needs, then the last block works */
+    fill(p[n - 1], 2 * MIB, 77, S1);
     expect_pattern(p[n - 1], 2 * MIB, 77, S1);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 1; i < n; i++)
         xfree(xs, p[i]);
     ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
     free1 = dev_free();
@@ -653,6 +690,7 @@ static Suite *gpu_suite(void)
     tcase_add_test(t, test_random_patterns);
     tcase_add_test(t, test_cross_stream_small);
     tcase_add_test(t, test_cross_stream_large);
+    tcase_add_test(t, test_cross_stream_control);
     suite_add_tcase(s, t);
     t = tc("capacity");
     tcase_add_test(t, test_oom_real_capacity);

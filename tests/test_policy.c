@@ -15,10 +15,12 @@ START_TEST(same_stream_reuses_at_once)
     void *p, *q, *r;
     ck_assert_int_eq(xseg_alloc(xs, 8 * MiB, S1, &p), XSEG_OK);
     ck_assert_int_eq(xseg_free(xs, p), XSEG_OK);
+    xseg_host_hold_stream(t_host_ctx(xs), S1, 1); /* S1's kernels still running */
     ck_assert_int_eq(xseg_alloc(xs, 8 * MiB, S2, &q), XSEG_OK);
-    ck_assert_ptr_ne(p, q); /* another stream never gets S1's cached block */
+    ck_assert_ptr_ne(p, q); /* another stream never gets S1's block while S1 is busy */
     ck_assert_int_eq(xseg_alloc(xs, 8 * MiB, S1, &r), XSEG_OK);
-    ck_assert_ptr_eq(p, r);
+    ck_assert_ptr_eq(p, r); /* S1 itself reuses it at once */
+    xseg_host_hold_stream(t_host_ctx(xs), S1, 0);
     /* small slots too */
     void *a, *b;
     ck_assert_int_eq(xseg_alloc(xs, 700, S1, &a), XSEG_OK);
@@ -182,13 +184,15 @@ START_TEST(gc_threshold_releases_oldest)
 }
 END_TEST
 
+/* 32 MiB cached for S1, then 40 MiB on S2: too large to adopt S1's block,
+ * so 40 MiB are mapped and the threshold decides what stays cached. */
 static size_t mapped_after_cross_stream(const char *conf)
 {
     xseg_t *xs = t_host(conf);
     void *a, *b;
     ck_assert_int_eq(xseg_alloc(xs, 32 * MiB, S1, &a), XSEG_OK);
     ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
-    ck_assert_int_eq(xseg_alloc(xs, 16 * MiB, S2, &b), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 40 * MiB, S2, &b), XSEG_OK);
     size_t m = t_stats(xs).mapped_bytes.current;
     xseg_destroy(xs);
     return m;
@@ -196,11 +200,34 @@ static size_t mapped_after_cross_stream(const char *conf)
 
 START_TEST(release_thresholds)
 {
-    /* auto: mapped stays under the peak live bytes (32 MiB): 16 released */
-    ck_assert_uint_eq(mapped_after_cross_stream(NULL), 32 * MiB);
-    ck_assert_uint_eq(mapped_after_cross_stream("release_threshold:unlimited"), 48 * MiB);
-    ck_assert_uint_eq(mapped_after_cross_stream("release_threshold:8MB"), 24 * MiB);
-    ck_assert_uint_eq(mapped_after_cross_stream("release_threshold:0"), 16 * MiB);
+    /* auto: mapped stays under the peak live bytes (40 MiB) */
+    ck_assert_uint_eq(mapped_after_cross_stream(NULL), 40 * MiB);
+    ck_assert_uint_eq(mapped_after_cross_stream("release_threshold:unlimited"), 72 * MiB);
+    ck_assert_uint_eq(mapped_after_cross_stream("release_threshold:8MB"), 48 * MiB);
+    ck_assert_uint_eq(mapped_after_cross_stream("release_threshold:0"), 40 * MiB);
+}
+END_TEST
+
+START_TEST(other_streams_idle_cache_is_adopted)
+{
+    xseg_t *xs = t_host("release_threshold:unlimited");
+    void *h = t_host_ctx(xs);
+    void *a, *b, *c;
+    ck_assert_int_eq(xseg_alloc(xs, 32 * MiB, S1, &a), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
+    xseg_host_hold_stream(h, S1, 1); /* S1 busy: its block cannot move */
+    ck_assert_int_eq(xseg_alloc(xs, 16 * MiB, S2, &b), XSEG_OK);
+    ck_assert_msg((char *)b >= (char *)a + 32 * MiB || (char *)b + 16 * MiB <= (char *)a,
+                  "took a block of a busy stream");
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 48 * MiB);
+    xseg_host_hold_stream(h, S1, 0); /* S1 done: its cached block is reused, no mapping */
+    uint64_t maps = t_stats(xs).driver_calls[XSEG_OP_MAP];
+    ck_assert_int_eq(xseg_alloc(xs, 16 * MiB, S2, &c), XSEG_OK);
+    ck_assert_msg((char *)c >= (char *)a && (char *)c < (char *)a + 32 * MiB,
+                  "idle cached block of S1 not adopted");
+    ck_assert_uint_eq(t_stats(xs).driver_calls[XSEG_OP_MAP], maps);
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 48 * MiB);
+    xseg_destroy(xs);
 }
 END_TEST
 
@@ -222,6 +249,33 @@ START_TEST(trim_keeps_requested_cache)
 }
 END_TEST
 
+START_TEST(retired_stream_is_never_touched)
+{
+    xseg_t *xs = t_host(NULL);
+    void *h = t_host_ctx(xs);
+    void *p, *q, *r;
+    ck_assert_int_eq(xseg_alloc(xs, 8 * MiB, S1, &p), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 4 * MiB, S1, &q), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, p), XSEG_OK);
+    xseg_host_hold_stream(h, S1, 1);
+    uint64_t syncs = xseg_host_sync_count(h);
+    ck_assert_int_eq(xseg_stream_retire(xs, S1), XSEG_OK); /* waits for S1 */
+    ck_assert_uint_gt(xseg_host_sync_count(h), syncs);
+    xseg_stats s0 = t_stats(xs);
+    /* S1's cached block serves S2 at once; freeing q and trimming touch no event */
+    ck_assert_int_eq(xseg_alloc(xs, 8 * MiB, S2, &r), XSEG_OK);
+    ck_assert_ptr_eq(r, p);
+    ck_assert_int_eq(xseg_free(xs, q), XSEG_OK);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    xseg_stats s1 = t_stats(xs);
+    ck_assert_uint_eq(s1.driver_calls[XSEG_OP_EVENT_RECORD], s0.driver_calls[XSEG_OP_EVENT_RECORD]);
+    ck_assert_uint_eq(s1.mapped_bytes.current, 8 * MiB);
+    ck_assert_int_eq(xseg_stream_retire(xs, (void *)0x999), XSEG_OK); /* unknown: no-op */
+    xseg_host_hold_stream(h, S1, 0);
+    xseg_destroy(xs);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("policy");
@@ -230,6 +284,7 @@ static Suite *suite(void)
     tcase_add_test(tc, record_stream_defers_large);
     tcase_add_test(tc, record_stream_defers_small);
     tcase_add_test(tc, trim_waits_for_pending_uses);
+    tcase_add_test(tc, retired_stream_is_never_touched);
     suite_add_tcase(s, tc);
     tc = tcase_create("memory");
     tcase_add_test(tc, oom_reports_numbers_and_recovers);
@@ -237,6 +292,7 @@ static Suite *suite(void)
     tcase_add_test(tc, caps_hold);
     tcase_add_test(tc, gc_threshold_releases_oldest);
     tcase_add_test(tc, release_thresholds);
+    tcase_add_test(tc, other_streams_idle_cache_is_adopted);
     tcase_add_test(tc, trim_keeps_requested_cache);
     suite_add_tcase(s, tc);
     return s;
