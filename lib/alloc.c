@@ -22,9 +22,9 @@ xblock *xblock_new(xseg_t *xs)
     xblock *b = xs->spare_blocks;
     if (b)
         xs->spare_blocks = b->fnext;
-    else if (!(b = malloc(sizeof *b)))
+    else if (!(b = calloc(1, sizeof *b)))
         return NULL;
-    memset(b, 0, sizeof *b);
+    memset(b, 0, offsetof(xblock, gen));
     return b;
 }
 

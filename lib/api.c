@@ -15,6 +15,7 @@ uint32_t xsmall_requested(const xslab *sl, uintptr_t addr);
 #define XSEG_DEFAULT_MAX_HANDLE ((size_t)1 << 30)
 
 static atomic_uint g_fork_gen;
+static atomic_ullong g_next_id;
 static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
 
 static void on_fork_child(void)
@@ -188,6 +189,10 @@ xseg_status xseg_create_with_driver(xseg_t **out, int device, const char *conf,
         st = init_arena(xs);
     if (st == XSEG_OK)
         st = xseg_monitor_init(xs);
+    xs->id = atomic_fetch_add(&g_next_id, 1) + 1;
+    /* Thread caches bypass history and live publication: off with those. */
+    xs->tc_on = xs->conf.thread_cache && xs->conf.caching && !xs->conf.history &&
+                !xs->conf.stats_shm;
     if (st != XSEG_OK) {
         char keep[768];
         snprintf(keep, sizeof keep, "%s", xseg_last_error());
@@ -246,6 +251,8 @@ xseg_status xseg_destroy(xseg_t *xs)
         xlock_lock(&xs->lock);
         xlock_unlock(&xs->lock);
     }
+    if (!child)
+        xtc_detach_all(xs);
     teardown(xs, !child);
     return XSEG_OK;
 }
@@ -266,12 +273,15 @@ static size_t round_size(const xseg_t *xs, size_t size)
 }
 
 static xseg_status alloc_once(xseg_t *xs, xstream *s, size_t rounded, size_t size, void **out,
-                              size_t *block)
+                              size_t *block, uintptr_t *tag)
 {
     int cls = xsmall_class(xs, rounded);
     if (cls >= 0) {
         *block = xs->class_size[cls];
-        return xsmall_alloc(xs, s, cls, size, out);
+        xseg_status st = xsmall_alloc(xs, s, cls, size, out);
+        if (st == XSEG_OK)
+            xseg_ptrmap_get(&xs->live, (uintptr_t)*out, tag);
+        return st;
     }
     xblock *b = NULL;
     xseg_status st = xblk_alloc(xs, s, rounded, size, &b);
@@ -283,6 +293,7 @@ static xseg_status alloc_once(xseg_t *xs, xstream *s, size_t rounded, size_t siz
     }
     b->requested = size;
     *block = b->size;
+    *tag = (uintptr_t)b;
     *out = (void *)b->addr;
     return XSEG_OK;
 }
@@ -292,6 +303,7 @@ static xseg_status alloc_once(xseg_t *xs, xstream *s, size_t rounded, size_t siz
 static void escalate(xseg_t *xs, unsigned attempt)
 {
     xs->retries++;
+    xtc_flush_all(xs);
     xpending_process(xs, attempt >= 2);
     xsmall_drop_empty(xs);
     xseg_reclaim(xs, SIZE_MAX, 1);
@@ -357,6 +369,18 @@ static void count_alloc(xseg_t *xs, size_t block, size_t size)
     xcnt_add(&xs->active, 1);
 }
 
+/* A new allocation gets a fresh generation; the calling thread remembers it
+ * so that its free can take the thread-cache path. */
+static void stamp(xseg_t *xs, uintptr_t addr, uintptr_t tag, size_t block, size_t size,
+                  void *stream)
+{
+    _Atomic uint64_t *genp = xseg_gen_of(addr, tag);
+    xs->gen_next += 2;
+    atomic_store_explicit(genp, xs->gen_next, memory_order_relaxed);
+    if (xs->tc_on)
+        xtc_note(xs, addr, tag, genp, xs->gen_next, block, size, stream);
+}
+
 xseg_status xseg_alloc(xseg_t *xs, size_t size, void *stream, void **out)
 {
     CHECK_XS(xs);
@@ -370,15 +394,26 @@ xseg_status xseg_alloc(xseg_t *xs, size_t size, void *stream, void **out)
                          "xseg_alloc: request of %zu bytes exceeds the virtual range of %zu "
                          "bytes (va_size)", size, xs->arena.size);
     size_t rounded = round_size(xs, size), block = 0;
+    int cls = xsmall_class(xs, rounded);
+    if (cls >= 0)
+        rounded = xs->class_size[cls];
+    if (xs->tc_on) {
+        if (xtc_alloc(xs, rounded, size, stream, out))
+            return XSEG_OK;
+        xtc_attach(xs);
+    }
+    uintptr_t tag = 0;
     xlock_lock(&xs->lock);
     xs->alloc_calls++;
+    if (xs->tc_on)
+        xtc_flush_own(xs); /* held blocks go back before anything is chosen */
     xstream *s = xstream_get(xs, stream);
     xseg_status st = XSEG_ERR_OOM;
     if (s) {
         if (xs->pend_head)
             xpending_process(xs, 0);
         for (unsigned attempt = 0;; attempt++) {
-            st = alloc_once(xs, s, rounded, size, out, &block);
+            st = alloc_once(xs, s, rounded, size, out, &block, &tag);
             if ((st != XSEG_ERR_OOM && st != XSEG_ERR_VA_EXHAUSTED) ||
                 attempt + 1 >= xs->conf.alloc_retries)
                 break;
@@ -387,6 +422,7 @@ xseg_status xseg_alloc(xseg_t *xs, size_t size, void *stream, void **out)
     }
     if (st == XSEG_OK) {
         count_alloc(xs, block, size);
+        stamp(xs, (uintptr_t)*out, tag, block, size, stream);
         xseg_hist(xs, XEV_ALLOC, (uintptr_t)*out, size, stream);
         xseg_shm(xs);
     } else if (st == XSEG_ERR_OOM) {
@@ -446,36 +482,53 @@ static void sizes_of(uintptr_t addr, uintptr_t tag, size_t *block, size_t *req)
     }
 }
 
-xseg_status xseg_free(xseg_t *xs, void *ptr)
+/* The live-map value of addr, unless it is free or held in a thread cache. */
+static int live_tag(xseg_t *xs, uintptr_t addr, uintptr_t *tag)
 {
-    CHECK_XS(xs);
-    if (!ptr)
-        return xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_free: pointer is NULL");
-    uintptr_t addr = (uintptr_t)ptr, tag = 0, u = 0;
-    xseg_status st = XSEG_OK;
-    xlock_lock(&xs->lock);
-    xs->free_calls++;
-    if (!xseg_ptrmap_del(&xs->live, addr, &tag)) {
-        st = bad_pointer(xs, ptr, "xseg_free");
-    } else {
-        size_t block, req;
-        sizes_of(addr, tag, &block, &req);
-        xcnt_sub(&xs->allocated, block);
-        xcnt_sub(&xs->requested, req);
-        xcnt_sub(&xs->active, 1);
-        if (xs->uses.count && xseg_ptrmap_del(&xs->uses, addr, &u) &&
-            xpending_add(xs, addr, tag, (xuses *)u) != XSEG_OK) {
+    if (!xseg_ptrmap_get(&xs->live, addr, tag))
+        return 0;
+    return !(atomic_load_explicit(xseg_gen_of(addr, *tag), memory_order_relaxed) & 1);
+}
+
+xseg_status xseg_free_locked(xseg_t *xs, uintptr_t addr)
+{
+    uintptr_t tag = 0, u = 0;
+    if (!live_tag(xs, addr, &tag))
+        return bad_pointer(xs, (void *)addr, "xseg_free");
+    xseg_ptrmap_del(&xs->live, addr, NULL);
+    atomic_store_explicit(xseg_gen_of(addr, tag), 0, memory_order_relaxed);
+    size_t block, req;
+    sizes_of(addr, tag, &block, &req);
+    xcnt_sub(&xs->allocated, block);
+    xcnt_sub(&xs->requested, req);
+    xcnt_sub(&xs->active, 1);
+    if (xs->uses.count && xseg_ptrmap_del(&xs->uses, addr, &u)) {
+        atomic_store_explicit(&xs->nuses, (int)xs->uses.count, memory_order_relaxed);
+        if (xpending_add(xs, addr, tag, (xuses *)u) != XSEG_OK) {
             for (uint32_t i = 0; i < ((xuses *)u)->n; i++) /* no memory: wait now */
                 xstream_done(xs, ((xuses *)u)->u[i].s, ((xuses *)u)->u[i].s->epoch, 1);
             free((void *)u);
             u = 0;
         }
-        void *stream = owner_of(tag)->handle;
-        if (!u)
-            xseg_release_user(xs, addr, tag);
-        xseg_hist(xs, XEV_FREE, addr, req, stream);
-        xseg_shm(xs);
     }
+    void *stream = owner_of(tag)->handle;
+    if (!u)
+        xseg_release_user(xs, addr, tag);
+    xseg_hist(xs, XEV_FREE, addr, req, stream);
+    xseg_shm(xs);
+    return XSEG_OK;
+}
+
+xseg_status xseg_free(xseg_t *xs, void *ptr)
+{
+    CHECK_XS(xs);
+    if (!ptr)
+        return xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_free: pointer is NULL");
+    if (xs->tc_on && xtc_free(xs, ptr))
+        return XSEG_OK;
+    xlock_lock(&xs->lock);
+    xs->free_calls++;
+    xseg_status st = xseg_free_locked(xs, (uintptr_t)ptr);
     xlock_unlock(&xs->lock);
     return st;
 }
@@ -488,7 +541,7 @@ xseg_status xseg_record_stream(xseg_t *xs, void *ptr, void *stream)
     uintptr_t tag;
     xseg_status st = XSEG_OK;
     xlock_lock(&xs->lock);
-    if (!xseg_ptrmap_get(&xs->live, (uintptr_t)ptr, &tag)) {
+    if (!live_tag(xs, (uintptr_t)ptr, &tag)) {
         st = bad_pointer(xs, ptr, "xseg_record_stream");
     } else {
         xstream *owner = owner_of(tag);
@@ -497,6 +550,7 @@ xseg_status xseg_record_stream(xseg_t *xs, void *ptr, void *stream)
             st = xseg_fail(xs, XSEG_ERR_OOM, "xseg: no host memory for a stream");
         else if (s != owner)
             st = xuses_add(xs, (uintptr_t)ptr, s);
+        atomic_store_explicit(&xs->nuses, (int)xs->uses.count, memory_order_relaxed);
     }
     xlock_unlock(&xs->lock);
     return st;
@@ -521,7 +575,7 @@ xseg_status xseg_block_size(xseg_t *xs, const void *ptr, size_t *rounded, size_t
     uintptr_t tag;
     xseg_status st = XSEG_OK;
     xlock_lock(&xs->lock);
-    if (!xseg_ptrmap_get(&xs->live, (uintptr_t)ptr, &tag)) {
+    if (!live_tag(xs, (uintptr_t)ptr, &tag)) {
         st = bad_pointer(xs, ptr, "xseg_block_size");
     } else {
         size_t b, r;
@@ -543,6 +597,7 @@ xseg_status xseg_trim(xseg_t *xs, size_t keep, size_t *released)
     xlock_lock(&xs->lock);
     uint64_t before = xs->released;
     xs->trims++;
+    xtc_flush_all(xs);
     xpending_process(xs, 1);
     xsmall_drop_empty(xs);
     xarena_release_orphans(xs); /* handles whose release failed before */
@@ -574,6 +629,7 @@ xseg_status xseg_reset_peak(xseg_t *xs)
 {
     CHECK_XS(xs);
     xlock_lock(&xs->lock);
+    xtc_flush_all(xs); /* peaks restart from exact values */
     xcnt *all[] = {&xs->allocated, &xs->requested, &xs->active, &xs->mapped,
                    &xs->handles, &xs->segments, &xs->va};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)

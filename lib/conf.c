@@ -379,6 +379,7 @@ static const conf_key conf_keys[] = {
     {"stats_shm", parse_bool, OFF(stats_shm), 0, 0, BOOL_EXPECT},
     {"history", parse_count, OFF(history), 0, 1000000,
      "an integer from 0 to 1000000"},
+    {"thread_cache", parse_bool, OFF(thread_cache), 0, 0, BOOL_EXPECT},
 };
 
 #define CONF_NKEYS (sizeof conf_keys / sizeof conf_keys[0])
@@ -499,6 +500,7 @@ void xseg_conf_defaults(xseg_conf *c)
     c->alloc_retries = 3;
     c->max_split_size = XSEG_SIZE_UNLIMITED;
     c->caching = 1;
+    c->thread_cache = 1;
     c->host_capacity = 64 * GIB;
     c->small_size = 64 * KIB;
 }

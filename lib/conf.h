@@ -34,6 +34,7 @@ typedef struct xseg_conf {
     int verbose;                 /* verbose: 1 prints errors to stderr */
     int stats_shm;               /* stats_shm: publish live stats in /dev/shm */
     unsigned history;            /* history: ring buffer of last N events, 0 = off */
+    int thread_cache;            /* thread_cache: per-thread caches (on) */
 } xseg_conf;
 
 /* Fill the defaults. */

@@ -7,6 +7,8 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "conf.h"
@@ -47,6 +49,10 @@ typedef struct xblock {
     uint64_t stamp;               /* free order, for the LRU and snapshots */
     uint32_t flags;
     struct xslab *slab;
+    /* Generation of the allocation (even; low bit: held in a thread cache;
+     * 0: not allocated).  Last field: xblock_new keeps it out of its memset,
+     * since thread caches may read it at any time (tcache.c). */
+    _Atomic uint64_t gen;
 } xblock;
 
 /* Two-level segregated free index (TLSF-like): O(1) good-fit search. */
@@ -67,6 +73,8 @@ typedef struct xslab {
     uint32_t free_head;         /* first free slot, nslots = none */
     uint32_t *next_free;        /* free list links */
     uint32_t *req;              /* requested size per slot (0 = free) */
+    _Atomic uint64_t *gen;      /* generation per slot, as xblock.gen */
+    struct xslab *spare_next;   /* in xs->spare_slabs (metadata is recycled) */
     int listed;
 } xslab;
 
@@ -167,7 +175,39 @@ struct xseg {
     void *shm;            /* live-stats publication, NULL when stats_shm is off */
     xseg_oom_callback oom_cb;
     void *oom_user;
+    /* thread caches (tcache.c) */
+    uint64_t id;          /* unique per allocator in the process */
+    int tc_on;
+    struct xtc *tcs;      /* registry of the threads' caches */
+    uint64_t gen_next;    /* last generation handed out */
+    atomic_int nuses;     /* record_stream uses live: thread caches step aside */
+    xslab *spare_slabs;   /* recycled slab metadata */
 };
+
+/* ---- tcache.c (see its header comment for the invariants) ---- */
+typedef struct xtc xtc;
+int xtc_alloc(xseg_t *xs, size_t rounded, size_t size, void *stream, void **out);
+int xtc_free(xseg_t *xs, void *ptr);
+void xtc_attach(xseg_t *xs);
+void xtc_note(xseg_t *xs, uintptr_t addr, uintptr_t tag, _Atomic uint64_t *genp, uint64_t gen,
+              size_t rounded, size_t req, void *stream);
+void xtc_flush_own(xseg_t *xs);
+void xtc_flush_all(xseg_t *xs);
+void xtc_adjust_stats(xseg_t *xs, xseg_stats *s);
+void xtc_detach_all(xseg_t *xs);
+/* Global free of a live user address (api.c; lock held, not counted). */
+xseg_status xseg_free_locked(xseg_t *xs, uintptr_t addr);
+/* Requested size recorded for a live slot (small.c). */
+uint32_t xsmall_requested(const xslab *sl, uintptr_t addr);
+/* The generation word of a live allocation. */
+static inline _Atomic uint64_t *xseg_gen_of(uintptr_t addr, uintptr_t tag)
+{
+    if (tag & 1) {
+        xslab *sl = (xslab *)(tag & ~(uintptr_t)1);
+        return &sl->gen[(addr - sl->blk->addr) / sl->slot_size];
+    }
+    return &((xblock *)tag)->gen;
+}
 
 /* ---- monitoring hooks (history.c, shm.c), called with the lock held ---- */
 typedef enum xev_kind {

@@ -68,16 +68,28 @@ static void link_slab(xslab *sl)
     sl->listed = 1;
 }
 
+/* The block goes back to the arena; the metadata is kept for reuse, never
+ * freed while the allocator lives (thread caches may read its gen words). */
 static void slab_destroy(xseg_t *xs, xslab *sl)
 {
     unlink_slab(sl);
     xblock *b = sl->blk;
     b->slab = NULL;
     b->flags &= ~XB_SLAB;
-    free(sl->next_free);
-    free(sl->req);
-    free(sl);
+    sl->spare_next = xs->spare_slabs;
+    xs->spare_slabs = sl;
     xblk_free(xs, b);
+}
+
+static xslab *spare_of_class(xseg_t *xs, int cls)
+{
+    for (xslab **p = &xs->spare_slabs; *p; p = &(*p)->spare_next)
+        if ((*p)->cls == (uint32_t)cls) {
+            xslab *sl = *p;
+            *p = sl->spare_next;
+            return sl;
+        }
+    return NULL;
 }
 
 static xseg_status slab_new(xseg_t *xs, xstream *s, int cls, xslab **out)
@@ -86,26 +98,36 @@ static xseg_status slab_new(xseg_t *xs, xstream *s, int cls, xslab **out)
     size_t bytes = (size_t)sz * SLAB_SLOTS;
     bytes = bytes < SLAB_MIN ? SLAB_MIN : bytes > SLAB_MAX ? SLAB_MAX : bytes;
     uint32_t n = (uint32_t)(bytes / sz);
-    xslab *sl = calloc(1, sizeof *sl);
-    uint32_t *nf = malloc(n * sizeof *nf), *rq = calloc(n, sizeof *rq);
-    if (!sl || !nf || !rq) {
-        free(sl);
-        free(nf);
-        free(rq);
-        return xseg_fail(xs, XSEG_ERR_OOM, "xseg: no host memory for a slab of %u slots", n);
+    xslab *sl = spare_of_class(xs, cls);
+    if (!sl) {
+        sl = calloc(1, sizeof *sl);
+        uint32_t *nf = malloc(n * sizeof *nf), *rq = calloc(n, sizeof *rq);
+        _Atomic uint64_t *gen = calloc(n, sizeof *gen);
+        if (!sl || !nf || !rq || !gen) {
+            free(sl);
+            free(nf);
+            free(rq);
+            free(gen);
+            return xseg_fail(xs, XSEG_ERR_OOM, "xseg: no host memory for a slab of %u slots", n);
+        }
+        *sl = (xslab){.cls = (uint32_t)cls, .next_free = nf, .req = rq, .gen = gen};
     }
     xblock *b = NULL;
     xseg_status st = xblk_alloc(xs, s, (size_t)n * sz, (size_t)n * sz, &b);
     if (st != XSEG_OK) {
-        free(sl);
-        free(nf);
-        free(rq);
+        sl->spare_next = xs->spare_slabs;
+        xs->spare_slabs = sl;
         return st;
     }
     for (uint32_t i = 0; i < n; i++)
-        nf[i] = i + 1;
-    *sl = (xslab){.blk = b, .owner = s, .cls = (uint32_t)cls, .slot_size = sz, .nslots = n,
-                  .nfree = n, .free_head = 0, .next_free = nf, .req = rq};
+        sl->next_free[i] = i + 1;
+    sl->blk = b;
+    sl->prev = sl->next = sl->spare_next = NULL;
+    sl->owner = s;
+    sl->slot_size = sz;
+    sl->nslots = sl->nfree = n;
+    sl->free_head = 0;
+    sl->listed = 0;
     b->flags |= XB_SLAB;
     b->slab = sl;
     link_slab(sl);
@@ -147,7 +169,6 @@ void xsmall_free(xseg_t *xs, xslab *sl, uintptr_t addr)
         slab_destroy(xs, sl);
 }
 
-uint32_t xsmall_requested(const xslab *sl, uintptr_t addr);
 uint32_t xsmall_requested(const xslab *sl, uintptr_t addr)
 {
     return sl->req[(addr - sl->blk->addr) / sl->slot_size];
@@ -180,6 +201,7 @@ static void free_slab_meta(xslab *sl)
 {
     free(sl->next_free);
     free(sl->req);
+    free((void *)sl->gen);
     free(sl);
 }
 
@@ -189,6 +211,11 @@ void xsmall_fini(xseg_t *xs)
     for (xblock *b = xs->first_block; b; b = b->anext)
         if (b->flags & XB_SLAB)
             free_slab_meta(b->slab);
+    while (xs->spare_slabs) {
+        xslab *sl = xs->spare_slabs;
+        xs->spare_slabs = sl->spare_next;
+        free_slab_meta(sl);
+    }
     free(xs->class_of);
     xs->class_of = NULL;
 }

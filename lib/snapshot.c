@@ -155,6 +155,7 @@ xseg_status xseg_snapshot_json(xseg_t *xs, char *buf, size_t cap, size_t *len)
         return xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_snapshot_json: buf is NULL");
     sbuf b = {buf, cap, 0};
     xlock_lock(&xs->lock);
+    xtc_flush_all(xs); /* blocks held in thread caches are shown free */
     render(&b, xs);
     xlock_unlock(&xs->lock);
     if (len)

@@ -32,7 +32,11 @@ void xseg_fill_stats(xseg_t *xs, xseg_stats *st)
     s.active_blocks = pub(&xs->active);
     s.reserved_va_bytes = pub(&xs->va);
     s.mapped_bytes = pub(&xs->mapped);
-    uint64_t cached = xs->mapped.cur > xs->allocated.cur ? xs->mapped.cur - xs->allocated.cur : 0;
+    s.alloc_calls = xs->alloc_calls;
+    s.free_calls = xs->free_calls;
+    xtc_adjust_stats(xs, &s); /* blocks held in thread caches are free */
+    uint64_t alloc = s.allocated_bytes.current;
+    uint64_t cached = xs->mapped.cur > alloc ? xs->mapped.cur - alloc : 0;
     if (cached > xs->cached_peak)
         xs->cached_peak = cached;
     s.cached_bytes = (xseg_counter){cached, xs->cached_peak, xs->released + cached};
@@ -40,8 +44,6 @@ void xseg_fill_stats(xseg_t *xs, xseg_stats *st)
     s.handles = pub(&xs->handles);
     memcpy(s.driver_calls, xs->drv_calls, sizeof s.driver_calls);
     s.driver_errors = xs->drv_errors;
-    s.alloc_calls = xs->alloc_calls;
-    s.free_calls = xs->free_calls;
     s.alloc_retries = xs->retries;
     s.ooms = xs->ooms;
     s.syncs = xs->syncs;
