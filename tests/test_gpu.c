@@ -56,6 +56,7 @@ typedef struct gcu {
     cures (*EventRecord)(void *, void *);
     cures (*EventQuery)(void *);
     cures (*EventDestroy)(void *);
+    cures (*StreamWaitEvent)(void *, void *, unsigned);
 } gcu;
 
 #define ENTRY(f) { "cu" #f, offsetof(gcu, f) }
@@ -67,7 +68,7 @@ static const struct {
     ENTRY(CtxSynchronize), ENTRY(ModuleLoadData), ENTRY(ModuleGetFunction),
     ENTRY(LaunchKernel), ENTRY(StreamCreate), ENTRY(StreamSynchronize), ENTRY(MemcpyDtoH),
     ENTRY(MemGetInfo), ENTRY(MemAlloc), ENTRY(MemsetD32), ENTRY(EventCreate),
-    ENTRY(EventRecord), ENTRY(EventQuery), ENTRY(EventDestroy),
+    ENTRY(EventRecord), ENTRY(EventQuery), ENTRY(EventDestroy), ENTRY(StreamWaitEvent),
 };
 #undef ENTRY
 
@@ -670,6 +671,100 @@ START_TEST(test_coexist)
 }
 END_TEST
 
+/* ---- stress: a million random operations across four streams -------- */
+
+#define STRESS_OPS 1000000
+#define STRESS_SLOTS 512
+
+/* Launch a check of s on `stream` without waiting: mismatches accumulate in
+ * the device counter g_bad, read once at the end. */
+static void check_async(const rslot *r, void *stream)
+{
+    cudptr d = (cudptr)(uintptr_t)r->p;
+    unsigned long long n = r->n / 4;
+    unsigned seed = r->seed;
+    void *args[] = {&d, &n, &seed, &g_bad};
+
+    launch(g_check, grid_for(n) > 64 ? 64 : grid_for(n), stream, args);
+}
+
+/* Mostly small and medium blocks, at times a large one. */
+static size_t stress_size(void)
+{
+    uint64_t r = rnd();
+    if (r % 64 == 0)
+        return (size_t)(16 + rnd() % 48) * MIB;
+    if (r % 4 == 0)
+        return (size_t)(1 + rnd() % (4 * MIB));
+    return (size_t)(4 + rnd() % 65536) & ~(size_t)3;
+}
+
+/* Free a slot: checked on its own stream, or (one in four) on another
+ * stream with record_stream, so that its reuse must wait for that check. */
+static void *g_order_ev; /* orders a fill on one stream before a check on another */
+
+static void stress_free(xseg_t *xs, rslot *r, void **streams, unsigned *cross)
+{
+    void *t = r->stream;
+    if (rnd() % 4 == 0) {
+        t = streams[rnd() % 4];
+        if (t != r->stream) {
+            CU(G.EventRecord(g_order_ev, r->stream));
+            CU(G.StreamWaitEvent(t, g_order_ev, 0));
+            ck_assert_int_eq(xseg_record_stream(xs, r->p, t), XSEG_OK);
+            (*cross)++;
+        }
+    }
+    check_async(r, t);
+    xfree(xs, r->p);
+    r->p = NULL;
+}
+
+START_TEST(test_stress_million)
+{
+    void *streams[4] = {S1, S2, NULL, NULL};
+    CU(G.StreamCreate(&streams[2], CU_STREAM_NON_BLOCKING));
+    CU(G.StreamCreate(&streams[3], CU_STREAM_NON_BLOCKING));
+    if (!g_order_ev)
+        CU(G.EventCreate(&g_order_ev, CU_EVENT_DISABLE_TIMING));
+    size_t free0 = dev_free();
+    xseg_t *xs = make("backend:cuda");
+    rslot *slots = calloc(STRESS_SLOTS, sizeof *slots);
+    unsigned cross = 0, bad = 0;
+    ck_assert_ptr_nonnull(slots);
+    CU(G.MemsetD32(g_bad, 0, 1));
+    CU(G.CtxSynchronize());
+    for (unsigned op = 1; op <= STRESS_OPS; op++) {
+        rslot *r = &slots[rnd() % STRESS_SLOTS];
+        if (r->p) {
+            stress_free(xs, r, streams, &cross);
+            continue;
+        }
+        r->n = stress_size();
+        r->stream = streams[rnd() % 4];
+        r->p = xalloc(xs, r->n, r->stream);
+        r->seed = op;
+        fill(r->p, r->n, r->seed, r->stream);
+    }
+    for (int i = 0; i < STRESS_SLOTS; i++)
+        if (slots[i].p)
+            stress_free(xs, &slots[i], streams, &cross);
+    CU(G.CtxSynchronize());
+    CU(G.MemcpyDtoH(&bad, g_bad, 4));
+    xseg_stats st = stats_of(xs);
+    printf("test_gpu: stress: %u operations on 4 streams, %u cross-stream frees, %llu deferred, "
+           "peak mapped %.1f MiB, %u corrupted words\n", STRESS_OPS, cross,
+           (unsigned long long)st.deferred_frees, st.mapped_bytes.peak / 1048576.0, bad);
+    ck_assert_uint_eq(bad, 0);
+    ck_assert_uint_eq(st.active_blocks.current, 0);
+    destroy(xs);
+    size_t free1 = dev_free();
+    ck_assert_msg(free1 + SLACK >= free0, "device memory not back: %zu B free, %zu at start",
+                  free1, free0);
+    free(slots);
+}
+END_TEST
+
 /* ---- suite ----------------------------------------------------------- */
 
 static TCase *tc(const char *name)
@@ -697,6 +792,9 @@ static Suite *gpu_suite(void)
     tcase_add_test(t, test_cap_max_mapped);
     tcase_add_test(t, test_cap_memory_fraction);
     tcase_add_test(t, test_trim_gives_back);
+    suite_add_tcase(s, t);
+    t = tc("stress");
+    tcase_add_test(t, test_stress_million);
     suite_add_tcase(s, t);
     t = tc("coexist"); /* last: the default allocator lives on */
     tcase_add_test(t, test_coexist);
