@@ -162,6 +162,19 @@ static tc_bin *bin_for(xtc *tc, void *stream, size_t rounded, int create)
     return empty;
 }
 
+/* The allocator's own record of the request.  Written under the cache
+ * lock while the block is this thread's (held or just handed out), read by
+ * the global path only for live blocks and by flush under the cache lock. */
+static void set_requested(const tc_entry *e, size_t size)
+{
+    if (e->tag & 1) {
+        xslab *sl = (xslab *)(e->tag & ~(uintptr_t)1);
+        sl->req[(e->addr - sl->blk->addr) / sl->slot_size] = (uint32_t)size;
+    } else {
+        ((xblock *)e->tag)->requested = size;
+    }
+}
+
 /* ---- fast paths (no allocator lock) ---- */
 
 int xtc_alloc(xseg_t *xs, size_t rounded, size_t size, void *stream, void **out)
@@ -178,6 +191,7 @@ int xtc_alloc(xseg_t *xs, size_t rounded, size_t size, void *stream, void **out)
     tc_entry e = b->e[--b->n];
     atomic_store_explicit(e.genp, e.gen, memory_order_relaxed); /* no longer held */
     e.req = size;
+    set_requested(&e, size); /* what xseg_block_size and a global free read */
     map_put(tc, &e);
     tc->held_bytes -= e.rounded;
     cadd(&tc->held_b, -(int64_t)e.rounded);
