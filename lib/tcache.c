@@ -50,6 +50,7 @@ struct xtc {
     uint64_t xs_id;
     struct xtc *next;       /* in xs's registry */
     size_t held_bytes;
+    tc_bin *last_bin;       /* the bin used last (checked first) */
     tc_bin bins[TC_BINS];
     tc_entry map[TC_MAP];   /* addr == 0: empty */
     uint32_t map_count;
@@ -89,11 +90,16 @@ static void tc_unlock(xtc *tc)
     atomic_flag_clear_explicit(&tc->busy, memory_order_release);
 }
 
+static _Thread_local xtc *tl_last __attribute__((tls_model("initial-exec")));
+
 static xtc *tc_find(const xseg_t *xs)
 {
+    xtc *tc = tl_last;
+    if (tc && tc->xs_id == xs->id)
+        return tc;
     for (int i = 0; i < TC_SLOTS; i++)
         if (tl_tc[i] && tl_tc[i]->xs_id == xs->id)
-            return tl_tc[i];
+            return tl_last = tl_tc[i];
     return NULL;
 }
 
@@ -147,11 +153,14 @@ static int map_take(xtc *tc, uintptr_t addr, tc_entry *out)
 
 static tc_bin *bin_for(xtc *tc, void *stream, size_t rounded, int create)
 {
+    tc_bin *last = tc->last_bin;
+    if (last && last->stream == stream && last->rounded == rounded && (last->n || create))
+        return last;
     tc_bin *empty = NULL;
     for (int i = 0; i < TC_BINS; i++) {
         tc_bin *b = &tc->bins[i];
         if (b->n && b->stream == stream && b->rounded == rounded)
-            return b;
+            return tc->last_bin = b;
         if (!b->n && !empty)
             empty = b;
     }
@@ -159,7 +168,7 @@ static tc_bin *bin_for(xtc *tc, void *stream, size_t rounded, int create)
         return NULL;
     empty->stream = stream;
     empty->rounded = rounded;
-    return empty;
+    return tc->last_bin = empty;
 }
 
 /* The allocator's own record of the request.  Written under the cache
@@ -315,6 +324,7 @@ static void on_thread_exit(void *unused)
         if (!tc)
             continue;
         tl_tc[i] = NULL;
+        tl_last = NULL;
         xseg_t *xs = tc->xs;
         if (xs) {
             xlock_lock(&xs->lock);
@@ -352,8 +362,11 @@ void xtc_attach(xseg_t *xs)
     tc->xs_id = xs->id;
     pthread_mutex_lock(&g_tc_lock);
     xtc *old = tl_tc[slot];
-    if (old) /* its allocator was destroyed: nothing left to hand back */
+    if (old) { /* its allocator was destroyed: nothing left to hand back */
+        if (tl_last == old)
+            tl_last = NULL;
         free(old);
+    }
     xlock_lock(&xs->lock);
     tc->next = xs->tcs;
     xs->tcs = tc;
