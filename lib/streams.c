@@ -56,6 +56,8 @@ static int record(xseg_t *xs, xstream *s)
     return rc;
 }
 
+/* Query (or, if `block`, wait for) the stream's outstanding event; returns
+ * 1 once it has completed (s->done advances). */
 static int poll_event(xseg_t *xs, xstream *s, int block)
 {
     int rc = xseg_drv_count(xs, XSEG_OP_EVENT_QUERY, xs->drv->event_query(xs->dctx, s->event));
@@ -68,19 +70,25 @@ static int poll_event(xseg_t *xs, xstream *s, int block)
     return rc == XDRV_SUCCESS;
 }
 
+/* Events form a chain: a new one is recorded only once the previous one
+ * has completed, so that while the GPU runs behind the CPU the frees older
+ * than the outstanding event still become reusable when it completes
+ * (re-recording a pending event would push that point back forever). */
 int xstream_done(xseg_t *xs, xstream *s, uint64_t epoch, int block)
 {
     if (s->done >= epoch || s->retired)
         return 1;
-    if (s->ev_epoch >= epoch && poll_event(xs, s, block))
-        return 1;
-    if (s->ev_epoch >= epoch && !block)
-        return 0;
-    /* No event covers this epoch yet (or the older one is pending): record
-     * a new one; later work on the stream only makes it complete later. */
+    if (s->ev_epoch > s->done) { /* an event is outstanding */
+        int complete = poll_event(xs, s, block && s->ev_epoch >= epoch);
+        if (s->done >= epoch)
+            return 1;
+        if (!complete && !block)
+            return 0;
+    }
     if (record(xs, s) != XDRV_SUCCESS)
         return 0;
-    return poll_event(xs, s, block);
+    poll_event(xs, s, block);
+    return s->done >= epoch;
 }
 
 void xstream_retire(xseg_t *xs, xstream *s)

@@ -73,7 +73,8 @@ class Meter:
                 "peak_reserved_bytes": st.get("reserved_bytes.all.peak", 0),
                 "peak_allocated_bytes": st.get("allocated_bytes.all.peak", 0),
                 "peak_requested_bytes": st.get("requested_bytes.all.peak", 0),
-                "final_reserved_bytes": st.get("reserved_bytes.all.current", 0)}
+                "final_reserved_bytes": st.get("reserved_bytes.all.current", 0),
+                "xseg_stats": {k: v for k, v in st.items() if k.startswith("xseg.")}}
 
 
 def setup_mode(mode, xseg_conf):
