@@ -91,6 +91,11 @@ static size_t x_drv(uint64_t *count, const char **name, size_t n)
     return k;
 }
 
+static void x_retire(bench_stream s)
+{
+    (void)xseg_stream_retire(g_xs, s);
+}
+
 const bench_alloc bench_xseg = {
     .name = "xseg",
     .desc = "xseg (default config)",
@@ -101,6 +106,7 @@ const bench_alloc bench_xseg = {
     .last_error = x_error,
     .own_peak = x_peak,
     .drv_calls = x_drv,
+    .stream_retire = x_retire,
 };
 
 const bench_alloc bench_xseg_keep = {
@@ -113,4 +119,5 @@ const bench_alloc bench_xseg_keep = {
     .last_error = x_error,
     .own_peak = x_peak,
     .drv_calls = x_drv,
+    .stream_retire = x_retire,
 };

@@ -29,6 +29,8 @@ typedef struct bench_alloc {
     /* Driver calls so far by kind (xseg only; NULL elsewhere): fills up to
      * n counters and their names, returns how many. */
     size_t (*drv_calls)(uint64_t *count, const char **name, size_t n);
+    /* Called before a stream it has seen is destroyed (NULL: nothing). */
+    void (*stream_retire)(bench_stream s);
 } bench_alloc;
 
 #define BENCH_MAX_OPS 32
@@ -61,7 +63,8 @@ double bench_now(void);                  /* seconds, monotonic */
 size_t bench_dev_free(void);             /* cudaMemGetInfo free bytes */
 int bench_sync(void);                    /* cudaDeviceSynchronize, 0 on success */
 bench_stream bench_stream_new(void);     /* non-blocking stream, NULL on failure */
-void bench_stream_free(bench_stream s);
+/* Destroy a stream, letting the allocator forget it first (stream_retire). */
+void bench_stream_free(const bench_alloc *a, bench_stream s);
 int bench_stream_sync(bench_stream s);
 const char *bench_cuda_error(void);      /* last runtime error's string */
 double bench_median(double *v, size_t n);

@@ -18,7 +18,7 @@ int bench_diag_stream(const bench_alloc *a, const bench_opts *o)
         return -1;
     a->free(p, DIAG_SIZE, dead);
     bench_stream_sync(dead);
-    bench_stream_free(dead);
+    bench_stream_free(a, dead);
     bench_log("%s: stream destroyed after its block was freed; allocating on another",
               a->name);
     for (int round = 0; round < 4; round++) {
@@ -30,7 +30,7 @@ int bench_diag_stream(const bench_alloc *a, const bench_opts *o)
     }
     (void)a->release();
     bench_sync();
-    bench_stream_free(live);
+    bench_stream_free(a, live);
     bench_emit(a, "diag-stream", "\"survived\":true");
     return 0;
 }

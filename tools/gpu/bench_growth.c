@@ -125,6 +125,6 @@ int bench_growth(const bench_alloc *a, const bench_opts *o)
         rc |= ok ? 0 : -1;
         free(p);
     }
-    bench_stream_free(s);
+    bench_stream_free(a, s);
     return rc;
 }

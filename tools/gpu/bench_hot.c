@@ -187,6 +187,6 @@ int bench_hot(const bench_alloc *a, const bench_opts *o)
     (void)a->release();
     bench_sync();
     for (int i = 0; i <= nt; i++)
-        bench_stream_free(s[i]);
+        bench_stream_free(a, s[i]);
     return rc;
 }

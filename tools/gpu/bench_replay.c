@@ -142,7 +142,7 @@ static int make_streams(replay_ctx *c)
 static void drop_streams(replay_ctx *c)
 {
     for (size_t i = 0; c->streams != NULL && i < c->t->nstreams; i++)
-        bench_stream_free(c->streams[i]);
+        bench_stream_free(c->a, c->streams[i]);
     free(c->streams);
     free(c->ptr);
 }

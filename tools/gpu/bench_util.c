@@ -40,8 +40,10 @@ bench_stream bench_stream_new(void)
     return (bench_stream)s;
 }
 
-void bench_stream_free(bench_stream s)
+void bench_stream_free(const bench_alloc *a, bench_stream s)
 {
+    if (s != NULL && a && a->stream_retire)
+        a->stream_retire(s);
     if (s != NULL)
         (void)cudaStreamDestroy((cudaStream_t)s);
 }

@@ -137,7 +137,7 @@ def timed(torch, fn):
 def llama_config(transformers):
     """Llama-3.2-1B shapes: 1.24 B parameters."""
     return make_config(
-        transformers.LlamaConfig, "sdpa", vocab_size=128256, hidden_size=2048,
+        transformers.LlamaConfig, "eager", vocab_size=128256, hidden_size=2048,
         intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
         num_key_value_heads=8, max_position_embeddings=4096, tie_word_embeddings=True,
         bos_token_id=1, eos_token_id=2, pad_token_id=0)
