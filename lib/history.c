@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "internal.h"
+#include "textbuf.h"
 
 typedef struct xhent {
     uint64_t t_ns;      /* since the allocator was created (monotonic) */
@@ -70,26 +71,9 @@ void xseg_hist_add(xseg_t *xs, xev_kind kind, uintptr_t addr, size_t size, void 
 
 /* ---- JSON ---- */
 
-typedef struct hbuf {
-    char *p;
-    size_t cap, len;
-} hbuf;
-
-static void hput(hbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void hput(hbuf *b, const char *fmt, ...)
+static void render_event(xtb *b, const xhent *e, uint64_t seq, int last)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    size_t room = b->len < b->cap ? b->cap - b->len : 0;
-    int n = vsnprintf(room ? b->p + b->len : NULL, room, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        b->len += (size_t)n;
-}
-
-static void render_event(hbuf *b, const xhent *e, uint64_t seq, int last)
-{
-    hput(b, "{\"seq\":%llu,\"t_ns\":%llu,\"kind\":\"%s\",\"addr\":%llu,\"size\":%llu,"
+    xtb_put(b, "{\"seq\":%llu,\"t_ns\":%llu,\"kind\":\"%s\",\"addr\":%llu,\"size\":%llu,"
             "\"stream\":%llu,\"live\":%llu,\"mapped\":%llu}%s\n",
          (unsigned long long)seq, (unsigned long long)e->t_ns,
          e->kind < sizeof kind_name / sizeof kind_name[0] ? kind_name[e->kind] : "unknown",
@@ -98,11 +82,11 @@ static void render_event(hbuf *b, const xhent *e, uint64_t seq, int last)
          (unsigned long long)e->mapped, last ? "" : ",");
 }
 
-static void render(const xseg_t *xs, hbuf *b)
+static void render(const xseg_t *xs, xtb *b)
 {
     const xhist *h = xs->hist;
     uint64_t n = h->count < h->cap ? h->count : h->cap, first = h->count - n;
-    hput(b, "{\"version\":1,\"device\":%d,\"backend\":\"%s\",\"capacity\":%llu,"
+    xtb_put(b, "{\"version\":1,\"device\":%d,\"backend\":\"%s\",\"capacity\":%llu,"
             "\"recorded\":%llu,\"dropped\":%llu,\"start_unix_ns\":%llu,\"page_size\":%zu,"
             "\"cap\":%llu,\"live\":%llu,\"mapped\":%llu,\"events\":[\n",
          xs->device, xs->drv->name, (unsigned long long)h->cap, (unsigned long long)h->count,
@@ -111,7 +95,7 @@ static void render(const xseg_t *xs, hbuf *b)
          (unsigned long long)xs->allocated.cur, (unsigned long long)xs->mapped.cur);
     for (uint64_t i = first; i < h->count; i++)
         render_event(b, &h->e[i % h->cap], i, i + 1 == h->count);
-    hput(b, "]}");
+    xtb_put(b, "]}");
 }
 
 xseg_status xseg_history_json(xseg_t *xs, char *buf, size_t cap, size_t *len)
@@ -126,7 +110,7 @@ xseg_status xseg_history_json(xseg_t *xs, char *buf, size_t cap, size_t *len)
         return xseg_fail(xs, XSEG_ERR_INVALID_ARG,
                          "xseg_history_json: history is off for device %d; "
                          "create the allocator with history:N", xs->device);
-    hbuf b = {buf, cap, 0};
+    xtb b = {buf, cap, 0};
     xlock_lock(&xs->lock);
     render(xs, &b);
     xlock_unlock(&xs->lock);

@@ -6,25 +6,9 @@
 #include <stdio.h>
 
 #include "internal.h"
+#include "textbuf.h"
 
 typedef unsigned long long ull;
-
-typedef struct pbuf {
-    char *p;
-    size_t cap, len;
-} pbuf;
-
-static void pput(pbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void pput(pbuf *b, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    size_t room = b->len < b->cap ? b->cap - b->len : 0;
-    int n = vsnprintf(room ? b->p + b->len : NULL, room, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        b->len += (size_t)n;
-}
 
 #define F(field) offsetof(xseg_stats, field)
 #define CUR(field) offsetof(xseg_stats, field) + offsetof(xseg_counter, current)
@@ -91,34 +75,34 @@ static uint64_t field(const xseg_stats *s, size_t off)
     return *(const uint64_t *)(const void *)((const char *)s + off);
 }
 
-static void family(pbuf *b, const pfamily *f, const xseg_stats *s)
+static void family(xtb *b, const pfamily *f, const xseg_stats *s)
 {
-    pput(b, "# HELP %s %s\n# TYPE %s %s\n%s{device=\"%d\"} %llu\n", f->name, f->help, f->name,
+    xtb_put(b, "# HELP %s %s\n# TYPE %s %s\n%s{device=\"%d\"} %llu\n", f->name, f->help, f->name,
          f->type, f->name, s->device, (ull)field(s, f->off));
 }
 
-static void cap_family(pbuf *b, const xseg_stats *s)
+static void cap_family(xtb *b, const xseg_stats *s)
 {
-    pput(b, "# HELP xseg_mapped_cap_bytes Cap on mapped bytes in force (+Inf: no cap).\n"
+    xtb_put(b, "# HELP xseg_mapped_cap_bytes Cap on mapped bytes in force (+Inf: no cap).\n"
             "# TYPE xseg_mapped_cap_bytes gauge\n");
     if (s->mapped_cap)
-        pput(b, "xseg_mapped_cap_bytes{device=\"%d\"} %llu\n", s->device, (ull)s->mapped_cap);
+        xtb_put(b, "xseg_mapped_cap_bytes{device=\"%d\"} %llu\n", s->device, (ull)s->mapped_cap);
     else
-        pput(b, "xseg_mapped_cap_bytes{device=\"%d\"} +Inf\n", s->device);
+        xtb_put(b, "xseg_mapped_cap_bytes{device=\"%d\"} +Inf\n", s->device);
 }
 
-static void driver_family(pbuf *b, const xseg_stats *s)
+static void driver_family(xtb *b, const xseg_stats *s)
 {
-    pput(b, "# HELP xseg_driver_calls_total Driver calls by operation.\n"
+    xtb_put(b, "# HELP xseg_driver_calls_total Driver calls by operation.\n"
             "# TYPE xseg_driver_calls_total counter\n");
     for (int i = 0; i < XSEG_OP_COUNT; i++)
-        pput(b, "xseg_driver_calls_total{device=\"%d\",op=\"%s\"} %llu\n", s->device,
+        xtb_put(b, "xseg_driver_calls_total{device=\"%d\",op=\"%s\"} %llu\n", s->device,
              xseg_op_name((xseg_op)i), (ull)s->driver_calls[i]);
 }
 
-static void info_family(pbuf *b, const xseg_stats *s, const char *backend)
+static void info_family(xtb *b, const xseg_stats *s, const char *backend)
 {
-    pput(b, "# HELP xseg_info Allocator information (always 1).\n# TYPE xseg_info gauge\n"
+    xtb_put(b, "# HELP xseg_info Allocator information (always 1).\n# TYPE xseg_info gauge\n"
             "xseg_info{device=\"%d\",backend=\"%s\",version=\"%s\"} 1\n",
          s->device, backend, xseg_version());
 }
@@ -126,7 +110,7 @@ static void info_family(pbuf *b, const xseg_stats *s, const char *backend)
 size_t xseg_render_prometheus(const xseg_stats *s, const char *backend, char *buf, size_t cap);
 size_t xseg_render_prometheus(const xseg_stats *s, const char *backend, char *buf, size_t cap)
 {
-    pbuf b = {buf, cap, 0};
+    xtb b = {buf, cap, 0};
     info_family(&b, s, backend);
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
         family(&b, &families[i], s);

@@ -7,50 +7,34 @@
 
 #include "bitmap.h"
 #include "internal.h"
+#include "textbuf.h"
 
 uint32_t xsmall_requested(const xslab *sl, uintptr_t addr);
-
-typedef struct sbuf {
-    char *p;
-    size_t cap, len;
-} sbuf;
-
-static void sput(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sput(sbuf *b, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    size_t room = b->len < b->cap ? b->cap - b->len : 0;
-    int n = vsnprintf(room ? b->p + b->len : NULL, room, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        b->len += (size_t)n;
-}
 
 typedef unsigned long long ull;
 
 /* Runs of pages whose mapped bit is `val`, as [address, length] pairs. */
-static void render_runs(sbuf *b, const xarena *ar, int val)
+static void render_runs(xtb *b, const xarena *ar, int val)
 {
     size_t p = xbm_next(ar->mapped_bits, 0, ar->npages, val);
     const char *sep = "";
     while (p < ar->npages) {
         size_t q = xbm_next(ar->mapped_bits, p, ar->npages, !val);
-        sput(b, "%s[%llu,%llu]", sep, (ull)(ar->base + (p << ar->shift)),
+        xtb_put(b, "%s[%llu,%llu]", sep, (ull)(ar->base + (p << ar->shift)),
              (ull)((q - p) << ar->shift));
         sep = ",";
         p = q < ar->npages ? xbm_next(ar->mapped_bits, q, ar->npages, val) : q;
     }
 }
 
-static void render_handles(sbuf *b, const xarena *ar)
+static void render_handles(xtb *b, const xarena *ar)
 {
     size_t p = xbm_next(ar->mapped_bits, 0, ar->npages, 1);
     const char *sep = "";
     while (p < ar->npages) {
         const xhandle *h = &ar->handles[ar->page_handle[p]];
         size_t end = (size_t)h->first_page + h->npages;
-        sput(b, "%s{\"addr\":%llu,\"size\":%llu,\"handle\":%llu}", sep,
+        xtb_put(b, "%s{\"addr\":%llu,\"size\":%llu,\"handle\":%llu}", sep,
              (ull)(ar->base + ((uintptr_t)h->first_page << ar->shift)),
              (ull)((size_t)h->npages << ar->shift), (ull)h->drv);
         sep = ",\n";
@@ -85,64 +69,64 @@ static const char *state_of(const xseg_t *xs, const xblock *b)
     return xseg_ptrmap_get(&xs->live, b->addr, &v) ? "allocated" : "pending";
 }
 
-static void render_slots(sbuf *b, const xslab *sl)
+static void render_slots(xtb *b, const xslab *sl)
 {
     const char *sep = "";
-    sput(b, ",\"slot_size\":%u,\"slots\":%u,\"used\":%u,\"live\":[", sl->slot_size, sl->nslots,
+    xtb_put(b, ",\"slot_size\":%u,\"slots\":%u,\"used\":%u,\"live\":[", sl->slot_size, sl->nslots,
          sl->nslots - sl->nfree);
     for (uint32_t i = 0; i < sl->nslots; i++) {
         uintptr_t a = sl->blk->addr + (uintptr_t)i * sl->slot_size;
         uint32_t req = xsmall_requested(sl, a);
         if (req) {
-            sput(b, "%s[%llu,%u]", sep, (ull)a, req);
+            xtb_put(b, "%s[%llu,%u]", sep, (ull)a, req);
             sep = ",";
         }
     }
-    sput(b, "]");
+    xtb_put(b, "]");
 }
 
-static void render_block(sbuf *b, const xseg_t *xs, const xblock *k, const char *sep)
+static void render_block(xtb *b, const xseg_t *xs, const xblock *k, const char *sep)
 {
     const char *state = state_of(xs, k);
     const xstream *s = k->slab ? k->slab->owner : k->owner;
-    sput(b, "%s{\"addr\":%llu,\"size\":%llu,\"requested\":%llu,\"state\":\"%s\",\"stream\":",
+    xtb_put(b, "%s{\"addr\":%llu,\"size\":%llu,\"requested\":%llu,\"state\":\"%s\",\"stream\":",
          sep, (ull)k->addr, (ull)k->size, (ull)((k->flags & (XB_FREE | XB_SLAB)) ? 0 : k->requested),
          state);
     if (s)
-        sput(b, "%llu", (ull)(uintptr_t)s->handle);
+        xtb_put(b, "%llu", (ull)(uintptr_t)s->handle);
     else
-        sput(b, "null");
-    sput(b, ",\"mapped\":%llu", (ull)block_mapped(&xs->arena, k->addr, k->addr + k->size));
+        xtb_put(b, "null");
+    xtb_put(b, ",\"mapped\":%llu", (ull)block_mapped(&xs->arena, k->addr, k->addr + k->size));
     if (k->flags & XB_SLAB)
         render_slots(b, k->slab);
-    sput(b, "}");
+    xtb_put(b, "}");
 }
 
-static void render(sbuf *b, xseg_t *xs)
+static void render(xtb *b, xseg_t *xs)
 {
     const xarena *ar = &xs->arena;
     uint64_t cached = xs->mapped.cur > xs->allocated.cur ? xs->mapped.cur - xs->allocated.cur : 0;
-    sput(b, "{\"version\":1,\"device\":%d,\"backend\":\"%s\",\"page_size\":%llu,"
+    xtb_put(b, "{\"version\":1,\"device\":%d,\"backend\":\"%s\",\"page_size\":%llu,"
             "\"allocated\":%llu,\"requested\":%llu,\"active\":%llu,\"mapped\":%llu,"
             "\"cached\":%llu,\"cap\":%llu,\"device_total\":%llu,\"segments\":[\n",
          xs->device, xs->drv->name, (ull)ar->page, (ull)xs->allocated.cur,
          (ull)xs->requested.cur, (ull)xs->active.cur, (ull)xs->mapped.cur, (ull)cached,
          (ull)(xs->cap == SIZE_MAX ? 0 : xs->cap), (ull)xs->dev_total);
     if (ar->base) {
-        sput(b, "{\"base\":%llu,\"size\":%llu,\"mapped_bytes\":%llu,\"mapped\":[", (ull)ar->base,
+        xtb_put(b, "{\"base\":%llu,\"size\":%llu,\"mapped_bytes\":%llu,\"mapped\":[", (ull)ar->base,
              (ull)ar->size, (ull)xs->mapped.cur);
         render_runs(b, ar, 1);
-        sput(b, "],\n\"unmapped\":[");
+        xtb_put(b, "],\n\"unmapped\":[");
         render_runs(b, ar, 0);
-        sput(b, "],\n\"handles\":[\n");
+        xtb_put(b, "],\n\"handles\":[\n");
         render_handles(b, ar);
-        sput(b, "],\n\"blocks\":[\n");
+        xtb_put(b, "],\n\"blocks\":[\n");
         const char *sep = "";
         for (const xblock *k = xs->first_block; k; k = k->anext, sep = ",\n")
             render_block(b, xs, k, sep);
-        sput(b, "]}");
+        xtb_put(b, "]}");
     }
-    sput(b, "]}");
+    xtb_put(b, "]}");
 }
 
 xseg_status xseg_snapshot_json(xseg_t *xs, char *buf, size_t cap, size_t *len)
@@ -153,7 +137,7 @@ xseg_status xseg_snapshot_json(xseg_t *xs, char *buf, size_t cap, size_t *len)
         return XSEG_ERR_FORKED;
     if (!buf && cap)
         return xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_snapshot_json: buf is NULL");
-    sbuf b = {buf, cap, 0};
+    xtb b = {buf, cap, 0};
     xlock_lock(&xs->lock);
     xtc_flush_all(xs); /* blocks held in thread caches are shown free */
     render(&b, xs);

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "textbuf.h"
 
 static xseg_counter pub(const xcnt *c)
 {
@@ -60,41 +61,23 @@ void xseg_fill_stats(xseg_t *xs, xseg_stats *st)
     st->size = (uint32_t)n;
 }
 
-/* Appends to a bounded buffer, counting what would have been written. */
-typedef struct jbuf {
-    char *p;
-    size_t cap, len;
-} jbuf;
-
-static void jput(jbuf *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void jput(jbuf *j, const char *fmt, ...)
+static void jcounter(xtb *j, const char *name, const xseg_counter *c)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    size_t room = j->len < j->cap ? j->cap - j->len : 0;
-    int n = vsnprintf(room ? j->p + j->len : NULL, room, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        j->len += (size_t)n;
-}
-
-static void jcounter(jbuf *j, const char *name, const xseg_counter *c)
-{
-    jput(j, "\"%s\":{\"current\":%llu,\"peak\":%llu,\"total\":%llu},", name,
+    xtb_put(j, "\"%s\":{\"current\":%llu,\"peak\":%llu,\"total\":%llu},", name,
          (unsigned long long)c->current, (unsigned long long)c->peak,
          (unsigned long long)c->total);
 }
 
-static void jnum(jbuf *j, const char *name, uint64_t v, int last)
+static void jnum(xtb *j, const char *name, uint64_t v, int last)
 {
-    jput(j, "\"%s\":%llu%s", name, (unsigned long long)v, last ? "" : ",");
+    xtb_put(j, "\"%s\":%llu%s", name, (unsigned long long)v, last ? "" : ",");
 }
 
 size_t xseg_render_json(const xseg_stats *s, const char *backend, char *buf, size_t cap);
 size_t xseg_render_json(const xseg_stats *s, const char *backend, char *buf, size_t cap)
 {
-    jbuf j = {buf, cap, 0};
-    jput(&j, "{\"version\":%u,\"device\":%d,\"backend\":\"%s\",", s->version, s->device, backend);
+    xtb j = {buf, cap, 0};
+    xtb_put(&j, "{\"version\":%u,\"device\":%d,\"backend\":\"%s\",", s->version, s->device, backend);
     jcounter(&j, "allocated_bytes", &s->allocated_bytes);
     jcounter(&j, "requested_bytes", &s->requested_bytes);
     jcounter(&j, "active_blocks", &s->active_blocks);
@@ -103,10 +86,10 @@ size_t xseg_render_json(const xseg_stats *s, const char *backend, char *buf, siz
     jcounter(&j, "cached_bytes", &s->cached_bytes);
     jcounter(&j, "segments", &s->segments);
     jcounter(&j, "handles", &s->handles);
-    jput(&j, "\"driver_calls\":{");
+    xtb_put(&j, "\"driver_calls\":{");
     for (int i = 0; i < XSEG_OP_COUNT; i++)
         jnum(&j, xseg_op_name((xseg_op)i), s->driver_calls[i], i == XSEG_OP_COUNT - 1);
-    jput(&j, "},");
+    xtb_put(&j, "},");
     jnum(&j, "driver_errors", s->driver_errors, 0);
     jnum(&j, "alloc_calls", s->alloc_calls, 0);
     jnum(&j, "free_calls", s->free_calls, 0);
@@ -121,6 +104,6 @@ size_t xseg_render_json(const xseg_stats *s, const char *backend, char *buf, siz
     jnum(&j, "mapped_cap", s->mapped_cap, 0);
     jnum(&j, "device_total", s->device_total, 0);
     jnum(&j, "page_size", s->page_size, 1);
-    jput(&j, "}");
+    xtb_put(&j, "}");
     return j.len;
 }
