@@ -602,45 +602,35 @@ static int cuda_event_record(void *ctx, void *event, void *stream)
     return leave_with(pushed, g_api.EventRecord((CUevent)event, (CUstream)stream));
 }
 
+/* One event operation with the primary context current. */
+static int on_event(void *ctx, void *event, CUresult (*fn)(CUevent))
+{
+    int pushed = 0;
+    int rc;
+
+    if (event == NULL)
+        return XDRV_INVALID_HANDLE;
+    rc = ctx_enter(ctx, &pushed);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    return leave_with(pushed, fn((CUevent)event));
+}
+
 /* XDRV_SUCCESS when complete, XDRV_NOT_READY (CUDA_ERROR_NOT_READY) while
  * pending. */
 static int cuda_event_query(void *ctx, void *event)
 {
-    int pushed = 0;
-    int rc;
-
-    if (event == NULL)
-        return XDRV_INVALID_HANDLE;
-    rc = ctx_enter(ctx, &pushed);
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    return leave_with(pushed, g_api.EventQuery((CUevent)event));
+    return on_event(ctx, event, g_api.EventQuery);
 }
 
 static int cuda_event_sync(void *ctx, void *event)
 {
-    int pushed = 0;
-    int rc;
-
-    if (event == NULL)
-        return XDRV_INVALID_HANDLE;
-    rc = ctx_enter(ctx, &pushed);
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    return leave_with(pushed, g_api.EventSynchronize((CUevent)event));
+    return on_event(ctx, event, g_api.EventSynchronize);
 }
 
 static int cuda_event_destroy(void *ctx, void *event)
 {
-    int pushed = 0;
-    int rc;
-
-    if (event == NULL)
-        return XDRV_INVALID_HANDLE;
-    rc = ctx_enter(ctx, &pushed);
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    return leave_with(pushed, g_api.EventDestroy((CUevent)event));
+    return on_event(ctx, event, g_api.EventDestroy);
 }
 
 /* stream NULL: the legacy default stream of the primary context. */
