@@ -10,8 +10,10 @@
 int xseg_drv_count(xseg_t *xs, xseg_op op, int rc)
 {
     xs->drv_calls[op]++;
-    if (rc != XDRV_SUCCESS && rc != XDRV_NOT_READY)
+    if (rc != XDRV_SUCCESS && rc != XDRV_NOT_READY) {
         xs->drv_errors++;
+        xs->last_drv_rc = rc;
+    }
     return rc;
 }
 
@@ -32,6 +34,13 @@ void xblock_put(xseg_t *xs, xblock *b)
 {
     b->fnext = xs->spare_blocks;
     xs->spare_blocks = b;
+}
+
+/* Copy a block record but its generation word, which thread caches may
+ * read at any time (tcache.c). */
+static void copy_block(xblock *dst, const xblock *src)
+{
+    memcpy(dst, src, offsetof(xblock, gen));
 }
 
 /* ---- LRU of cached free blocks (oldest at the head) ---- */
@@ -217,7 +226,7 @@ static xblock *split_front(xseg_t *xs, xblock *b, uintptr_t at)
     if (!r)
         return b;
     free_remove(xs, b);
-    *r = *b;
+    copy_block(r, b);
     r->flags = 0;
     r->lprev = r->lnext = NULL;
     r->addr = at;
@@ -229,6 +238,8 @@ static xblock *split_front(xseg_t *xs, xblock *b, uintptr_t at)
     b->anext = r;
     free_insert(xs, b);
     free_insert(xs, r);
+    if (b->flags & XB_LRU)
+        lru_push(xs, r); /* the rest may hold cached pages too: keep them reclaimable */
     return r;
 }
 
@@ -292,7 +303,7 @@ static xblock *carve_at(xseg_t *xs, xblock *b, uintptr_t at, size_t size, xstrea
     if (b->size - size >= XSEG_MIN_BLOCK) {
         xblock *r = xblock_new(xs);
         if (r) {
-            *r = *b;
+            copy_block(r, b);
             r->flags = 0;
             r->addr = b->addr + size;
             r->size = b->size - size;

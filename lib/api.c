@@ -149,7 +149,7 @@ static xseg_status init_maps(xseg_t *xs)
     return XSEG_OK;
 }
 
-static void teardown(xseg_t *xs, int call_driver);
+static uint64_t teardown(xseg_t *xs, int call_driver, const char **last);
 
 xseg_status xseg_create(xseg_t **out, int device, const char *conf)
 {
@@ -196,7 +196,7 @@ xseg_status xseg_create_with_driver(xseg_t **out, int device, const char *conf,
     if (st != XSEG_OK) {
         char keep[768];
         snprintf(keep, sizeof keep, "%s", xseg_last_error());
-        teardown(xs, 1);
+        teardown(xs, 1, NULL);
         xseg_fail(NULL, st, "%s", keep);
         return st;
     }
@@ -212,8 +212,10 @@ static void free_uses(uintptr_t k, uintptr_t v, void *arg)
     free((void *)v);
 }
 
-static void teardown(xseg_t *xs, int call_driver)
+/* Frees everything; returns how many driver calls failed on the way. */
+static uint64_t teardown(xseg_t *xs, int call_driver, const char **last)
 {
+    uint64_t errors0 = xs->drv_errors;
     xseg_monitor_fini(xs);
     xstreams_fini(xs, call_driver && xs->dctx);
     if (xs->class_of)
@@ -235,9 +237,13 @@ static void teardown(xseg_t *xs, int call_driver)
     xseg_ptrmap_fini(&xs->uses);
     xseg_ptrmap_fini(&xs->live);
     xseg_ptrmap_fini(&xs->streams);
+    uint64_t failed = xs->drv_errors - errors0;
+    if (last)
+        *last = failed ? xs->drv->error_name(xs->last_drv_rc) : "";
     if (xs->dctx && call_driver)
         xs->drv->fini(xs->dctx);
     free(xs);
+    return failed;
 }
 
 xseg_status xseg_destroy(xseg_t *xs)
@@ -253,7 +259,14 @@ xseg_status xseg_destroy(xseg_t *xs)
     }
     if (!child)
         xtc_detach_all(xs);
-    teardown(xs, !child);
+    int device = xs->device;
+    const char *last = "";
+    uint64_t failed = teardown(xs, !child, &last);
+    if (failed)
+        return xseg_fail(NULL, XSEG_ERR_DRIVER,
+                         "xseg_destroy: %llu driver calls failed (last: %s) while giving "
+                         "device %d's memory back; the backend's own shutdown released what "
+                         "was left", (unsigned long long)failed, last, device);
     return XSEG_OK;
 }
 

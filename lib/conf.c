@@ -501,7 +501,7 @@ void xseg_conf_defaults(xseg_conf *c)
     c->max_split_size = XSEG_SIZE_UNLIMITED;
     c->caching = 1;
     c->thread_cache = 1;
-    c->host_capacity = 64 * GIB;
+    c->host_capacity = XSEG_DEFAULT_HOST_CAPACITY;
     c->small_size = 64 * KIB;
 }
 

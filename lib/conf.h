@@ -12,6 +12,13 @@ typedef enum xseg_backend_kind {
     XSEG_BACKEND_HOST
 } xseg_backend_kind;
 
+/* Default host_capacity.  A build for a tool with a small address space
+ * (valgrind: 64 GB for the whole client, while the automatic va_size is 4x
+ * this) may lower it: -DXSEG_DEFAULT_HOST_CAPACITY='((size_t)4 << 30)'. */
+#ifndef XSEG_DEFAULT_HOST_CAPACITY
+#define XSEG_DEFAULT_HOST_CAPACITY ((size_t)64 << 30)
+#endif
+
 #define XSEG_SIZE_AUTO ((size_t)0)
 #define XSEG_SIZE_UNLIMITED ((size_t)-1)
 

@@ -234,6 +234,26 @@ typedef struct host_ctx {
 } host_ctx;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+
+/* fork() while another thread holds g_lock would leave it held forever in
+ * the child, and a new context there would hang on its first count: hold
+ * it across the fork instead. */
+static void g_lock_take(void)
+{
+    pthread_mutex_lock(&g_lock);
+}
+
+static void g_lock_give(void)
+{
+    pthread_mutex_unlock(&g_lock);
+}
+
+static void register_atfork(void)
+{
+    pthread_atfork(g_lock_take, g_lock_give, g_lock_give);
+}
+
 static size_t g_cnt[C_N];
 
 static void cnt_add(host_ctx *c, int i, size_t d)
@@ -729,6 +749,7 @@ static int h_init(void **ctx, int device, size_t capacity, char *err,
                     "host backend: device %d does not exist (only device 0)", device);
     if (capacity == 0)
         return fail(err, errlen, XDRV_INVALID_VALUE, "host backend: capacity is 0");
+    pthread_once(&g_atfork_once, register_atfork);
     host_ctx *c = calloc(1, sizeof(*c));
     if (!c)
         return fail(err, errlen, XDRV_OUT_OF_MEMORY, "host backend: out of host memory");

@@ -168,6 +168,7 @@ struct xseg {
     uint64_t cached_peak;
     uint64_t drv_calls[XSEG_OP_COUNT];
     uint64_t drv_errors, alloc_calls, free_calls, retries, ooms, syncs;
+    int last_drv_rc;      /* code of the last failed driver call */
     uint64_t gc_runs, trims, released, deferred;
     uint64_t peak_alloc_ever; /* peak allocated bytes, never reset (budget) */
     /* monitoring (history.c, shm.c) */

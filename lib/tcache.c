@@ -337,9 +337,22 @@ static void on_thread_exit(void *unused)
     pthread_mutex_unlock(&g_tc_lock);
 }
 
+static void tc_fork_take(void)
+{
+    pthread_mutex_lock(&g_tc_lock);
+}
+
+static void tc_fork_give(void)
+{
+    pthread_mutex_unlock(&g_tc_lock);
+}
+
+/* The key for the exit destructor, and g_tc_lock held across fork() so a
+ * child never inherits it locked by another thread. */
 static void make_key(void)
 {
     pthread_key_create(&g_tc_key, on_thread_exit);
+    pthread_atfork(tc_fork_take, tc_fork_give, tc_fork_give);
 }
 
 /* Called without xs->lock, before the thread's first global allocation. */

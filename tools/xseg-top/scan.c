@@ -146,7 +146,8 @@ static int by_pid(const void *a, const void *b)
 /* Processes sorted by pid, each with its allocators (kept contiguous). */
 static void sort_procs(top_sample *s)
 {
-    qsort(s->p, s->np, sizeof *s->p, by_pid);
+    if (s->np > 1) /* qsort(NULL, 0, ...) is undefined */
+        qsort(s->p, s->np, sizeof *s->p, by_pid);
     top_alloc *a = malloc((s->na ? s->na : 1) * sizeof *a);
     if (!a)
         return;

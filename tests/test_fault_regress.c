@@ -1,0 +1,122 @@
+/* test_fault_regress.c: the bugs fault injection found, one test each, so
+ * that a regression names itself: a handle whose release failed was leaked;
+ * a cached block whose unmap was refused could never be trimmed; cached
+ * pages left outside the LRU after an adopted block merged with neutral
+ * space (OOM under a cap with 41 MB cached). */
+#include <check.h>
+#include <stdlib.h>
+
+#include "internal.h"
+#include "support_fault.h"
+
+#define MIB ((size_t)1 << 20)
+#define S(n) ((void *)(uintptr_t)(n))
+
+static xseg_t *make(const char *conf)
+{
+    xseg_t *xs = NULL;
+    ck_assert_msg(xseg_create_with_driver(&xs, 0, conf, &fault_driver) == XSEG_OK, "%s",
+                  xseg_last_error());
+    return xs;
+}
+
+static xseg_host_counts counts(xseg_t *xs)
+{
+    xseg_host_counts c;
+    xseg_host_counts_of(xs->dctx, &c);
+    return c;
+}
+
+static xseg_stats stats(xseg_t *xs)
+{
+    xseg_stats s = {.size = sizeof s};
+    ck_assert_int_eq(xseg_get_stats(xs, &s), XSEG_OK);
+    return s;
+}
+
+static void destroy_clean(xseg_t *xs)
+{
+    xseg_host_counts fc;
+    fault_disarm();
+    ck_assert_int_eq(xseg_destroy(xs), XSEG_OK);
+    ck_assert(fault_fini_counts(&fc));
+    ck_assert_uint_eq(fc.handles, 0);
+    ck_assert_uint_eq(fc.mappings, 0);
+    ck_assert_uint_eq(fc.reservations, 0);
+}
+
+START_TEST(failed_release_is_retried_not_leaked)
+{
+    fault_reset();
+    xseg_t *xs = make("");
+    void *p;
+    ck_assert_int_eq(xseg_alloc(xs, 10 * MIB, NULL, &p), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, p), XSEG_OK);
+    fault_arm(XSEG_OP_RELEASE, fault_calls(XSEG_OP_RELEASE) + 1, XDRV_INVALID_VALUE, FAULT_ONCE);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK); /* one release refused */
+    ck_assert_uint_eq(fault_fired(), 1);
+    ck_assert_uint_eq(counts(xs).handles, stats(xs).handles.current); /* still counted */
+    ck_assert_uint_eq(counts(xs).handles, 1);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK); /* released now */
+    ck_assert_uint_eq(counts(xs).handles, 0);
+    ck_assert_uint_eq(stats(xs).handles.current, 0);
+    destroy_clean(xs);
+}
+END_TEST
+
+START_TEST(refused_unmap_stays_trimmable)
+{
+    fault_reset();
+    xseg_t *xs = make("");
+    void *p;
+    ck_assert_int_eq(xseg_alloc(xs, 10 * MIB, NULL, &p), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, p), XSEG_OK);
+    fault_arm(XSEG_OP_UNMAP, fault_calls(XSEG_OP_UNMAP) + 1, XDRV_INVALID_VALUE, FAULT_ONCE);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK); /* refused: stays cached */
+    ck_assert_uint_eq(fault_fired(), 1);
+    ck_assert_uint_eq(stats(xs).mapped_bytes.current, counts(xs).mapped_bytes);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    ck_assert_uint_eq(stats(xs).mapped_bytes.current, 0);
+    ck_assert_uint_eq(counts(xs).mapped_bytes, 0);
+    destroy_clean(xs);
+}
+END_TEST
+
+START_TEST(adopted_block_stays_reclaimable)
+{
+    fault_reset();
+    fault_arm(XSEG_OP_EVENT_CREATE, 1, XDRV_OUT_OF_MEMORY, FAULT_ONCE);
+    xseg_t *xs = make("max_mapped:64MB");
+    void *a, *b, *c, *p1, *p2, *p3;
+    ck_assert_int_eq(xseg_alloc(xs, 40 * MIB, S(1), &a), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 40 * MIB, S(2), &b), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 40 * MIB, S(1), &c), XSEG_ERR_OOM);
+    ck_assert_int_eq(xseg_free(xs, b), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 1000, NULL, &p1), XSEG_OK); /* adopts b's block */
+    ck_assert_int_eq(xseg_alloc(xs, 5 * MIB, NULL, &p2), XSEG_OK);
+    /* b's 40 MB are cached: they must be reclaimable for this to fit. */
+    ck_assert_msg(xseg_alloc(xs, 24 * MIB, S(4), &p3) == XSEG_OK, "%s", xseg_last_error());
+    ck_assert_int_eq(xseg_free(xs, p1), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, p2), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, p3), XSEG_OK);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    ck_assert_uint_eq(counts(xs).mapped_bytes, 0);
+    destroy_clean(xs);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("fault_regress");
+    TCase *tc = tcase_create("regress");
+    tcase_add_test(tc, failed_release_is_retried_not_leaked);
+    tcase_add_test(tc, refused_unmap_stays_trimmable);
+    tcase_add_test(tc, adopted_block_stays_reclaimable);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int nf = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+}

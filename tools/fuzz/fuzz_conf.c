@@ -1,0 +1,95 @@
+/* fuzz_conf.c: libFuzzer target for the configuration parser
+ * (xseg_conf_parse, xseg_parse_size): any bytes, as a conf string and as a
+ * size.  On success the result must be within every documented range and
+ * parsing it again must change nothing; on failure the configuration is
+ * untouched and the message is a NUL-terminated string within the error
+ * buffer (whose size the input picks, so a short one is tried too). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conf.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static int is_pow2(size_t x)
+{
+    return x && !(x & (x - 1));
+}
+
+/* Every field within its documented range (docs/config.md). */
+static void check_ranges(const xseg_conf *c)
+{
+    if (c->backend < XSEG_BACKEND_AUTO || c->backend > XSEG_BACKEND_HOST)
+        abort();
+    if ((c->page_size && (!is_pow2(c->page_size) || c->page_size < 4096)) ||
+        (c->handle_size && (!is_pow2(c->handle_size) || c->handle_size < 4096)))
+        abort();
+    if (c->page_size && c->handle_size && c->handle_size < c->page_size)
+        abort();
+    if (!(c->memory_fraction >= 0.0 && c->memory_fraction <= 1.0) ||
+        !(c->gc_threshold >= 0.0 && c->gc_threshold < 1.0))
+        abort();
+    if (c->alloc_retries < 1 || c->alloc_retries > 16 || c->history > 1000000)
+        abort();
+    if (c->roundup_power2_divisions > 64 ||
+        (c->roundup_power2_divisions && !is_pow2(c->roundup_power2_divisions)))
+        abort();
+    if (c->max_split_size < ((size_t)1 << 20) || c->host_capacity < ((size_t)4 << 20) ||
+        c->small_size < 512 || c->small_size > ((size_t)1 << 20))
+        abort();
+    if ((c->caching != 0 && c->caching != 1) || (c->verbose != 0 && c->verbose != 1) ||
+        (c->stats_shm != 0 && c->stats_shm != 1))
+        abort();
+}
+
+static int same(const xseg_conf *a, const xseg_conf *b)
+{
+    return a->backend == b->backend && a->page_size == b->page_size &&
+           a->handle_size == b->handle_size && a->va_size == b->va_size &&
+           a->max_mapped == b->max_mapped && a->memory_fraction == b->memory_fraction &&
+           a->gc_threshold == b->gc_threshold && a->release_threshold == b->release_threshold &&
+           a->alloc_retries == b->alloc_retries && a->max_split_size == b->max_split_size &&
+           a->roundup_power2_divisions == b->roundup_power2_divisions &&
+           a->caching == b->caching && a->host_capacity == b->host_capacity &&
+           a->small_size == b->small_size && a->verbose == b->verbose &&
+           a->stats_shm == b->stats_shm && a->history == b->history;
+}
+
+static void fuzz_parse(const char *text, size_t errlen)
+{
+    xseg_conf c, before, again;
+    char *err = malloc(errlen ? errlen : 1);
+    xseg_conf_defaults(&c);
+    before = c;
+    xseg_status st = xseg_conf_parse(&c, text, err, errlen);
+    if (st == XSEG_OK) {
+        check_ranges(&c);
+        again = c;
+        if (xseg_conf_parse(&again, text, NULL, 0) != XSEG_OK || !same(&again, &c))
+            abort(); /* parsing is idempotent */
+    } else {
+        if (st != XSEG_ERR_CONFIG || !same(&c, &before))
+            abort(); /* a rejected conf changes nothing */
+        if (errlen && (!memchr(err, '\0', errlen) || (errlen > 1 && !err[0])))
+            abort(); /* a message, NUL-terminated inside the buffer */
+    }
+    free(err);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char *text = malloc(size + 1);
+    memcpy(text, data, size);
+    text[size] = '\0';
+    size_t errlen = size ? (size_t)(data[0] % 4 == 0 ? data[size - 1] % 48 : 512) : 512;
+    fuzz_parse(text, errlen);
+    free(text);
+    size_t out = 12345;
+    char *raw = malloc(size ? size : 1); /* exact length: no NUL to lean on */
+    memcpy(raw, data, size);
+    if (xseg_parse_size(raw, size, &out) != 0 && out != 12345)
+        abort(); /* a failed parse leaves *out alone */
+    free(raw);
+    return 0;
+}
