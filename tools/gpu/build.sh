@@ -5,6 +5,7 @@
 # If alloc_torch.cpp does not build, alloc_torch_none.c stands in and the
 # PyTorch contenders report themselves unavailable.
 # usage: tools/gpu/build.sh XSEG_BUILD_DIR OUTPUT_BINARY
+case "${1:-}" in -h|--help) sed -n "2,7p" "$0" | sed "s/^# \{0,1\}//"; exit 0 ;; esac
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
