@@ -521,11 +521,29 @@ static xseg_status ensure_mapped(xseg_t *xs, xblock *b, size_t request)
     return xarena_ensure(xs, b->addr, b->addr + b->size, request);
 }
 
+/* Before new memory is mapped, the blocks other threads hold in their
+ * caches go back to the allocator: they may serve this request, and held
+ * blocks would otherwise count as live when the cache is measured against
+ * the peak (release_threshold:auto).  The block found first is put back. */
+static xblock *find_after_flush(xseg_t *xs, xstream *s, size_t size, xblock *b,
+                                xstream **from, uint64_t *epoch)
+{
+    if (!xs->tc_on || xarena_all_mapped(xs, b->addr, b->addr + b->size) || !xtc_held_any(xs))
+        return b;
+    if (!*from)
+        b->owner = NULL; /* it came from neutral space */
+    coalesce(xs, b, 1);
+    xtc_flush_all(xs);
+    return find_block(xs, s, size, from, epoch);
+}
+
 xseg_status xblk_alloc(xseg_t *xs, xstream *s, size_t size, size_t request, xblock **out)
 {
     xstream *from = NULL;
     uint64_t epoch = 0;
     xblock *b = find_block(xs, s, size, &from, &epoch);
+    if (b)
+        b = find_after_flush(xs, s, size, b, &from, &epoch);
     if (!b) {
         char b1[32];
         return xseg_fail(xs, XSEG_ERR_VA_EXHAUSTED,

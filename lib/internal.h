@@ -194,6 +194,8 @@ void xtc_note(xseg_t *xs, uintptr_t addr, uintptr_t tag, _Atomic uint64_t *genp,
               size_t rounded, size_t req, void *stream);
 void xtc_flush_own(xseg_t *xs);
 void xtc_flush_all(xseg_t *xs);
+/* 1 when some thread's cache holds a block (xs->lock held). */
+int xtc_held_any(xseg_t *xs);
 void xtc_adjust_stats(xseg_t *xs, xseg_stats *s);
 void xtc_detach_all(xseg_t *xs);
 /* Global free of a live user address (api.c; lock held, not counted). */

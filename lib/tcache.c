@@ -292,6 +292,14 @@ void xtc_flush_all(xseg_t *xs)
         flush(xs, tc);
 }
 
+int xtc_held_any(xseg_t *xs)
+{
+    for (xtc *tc = xs->tcs; tc; tc = tc->next)
+        if (atomic_load_explicit(&tc->held_b, memory_order_relaxed) > 0)
+            return 1;
+    return 0;
+}
+
 void xtc_adjust_stats(xseg_t *xs, xseg_stats *s)
 {
     for (xtc *tc = xs->tcs; tc; tc = tc->next) {

@@ -135,6 +135,30 @@ START_TEST(trim_flushes_other_threads)
 }
 END_TEST
 
+/* Another thread's cached 6 MiB block is handed back, and reused, before
+ * this thread maps new memory. */
+START_TEST(growth_takes_other_threads_caches_first)
+{
+    xseg_t *xs = t_host(NULL);
+    handoff h = {.xs = xs, .n = 6 * MiB};
+    pthread_barrier_init(&h.bar, NULL, 2);
+    pthread_t th;
+    pthread_create(&th, NULL, alloc_free_wait, &h);
+    pthread_barrier_wait(&h.bar); /* the other thread holds its block */
+    void *p;
+    ck_assert_int_eq(xseg_alloc(xs, 6 * MiB, S1, &p), XSEG_OK);
+    ck_assert_ptr_eq(p, h.p);
+    xseg_stats s = t_stats(xs);
+    ck_assert_uint_eq(s.mapped_bytes.current, 6 * MiB);
+    ck_assert_uint_eq(s.driver_calls[XSEG_OP_MAP], 3); /* the first block's pages only */
+    pthread_barrier_wait(&h.bar);
+    pthread_join(th, NULL);
+    pthread_barrier_destroy(&h.bar);
+    ck_assert_int_eq(xseg_free(xs, p), XSEG_OK);
+    xseg_destroy(xs);
+}
+END_TEST
+
 START_TEST(destroy_while_a_thread_holds_blocks)
 {
     xseg_host_counts base, c;
@@ -221,6 +245,7 @@ int main(void)
     tcase_add_test(tc, double_free_of_held_block);
     tcase_add_test(tc, free_from_another_thread);
     tcase_add_test(tc, trim_flushes_other_threads);
+    tcase_add_test(tc, growth_takes_other_threads_caches_first);
     tcase_add_test(tc, destroy_while_a_thread_holds_blocks);
     tcase_add_test(tc, thread_exit_flushes);
     tcase_add_test(tc, record_stream_bypasses_the_cache);
