@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "xseg.h"
+#include "support_common.h"
 
 #define MIB ((size_t)1 << 20)
 
@@ -183,9 +184,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return t_run(suite());
 }
