@@ -8,8 +8,6 @@
 
 #include "internal.h"
 
-size_t xseg_render_json(const xseg_stats *s, const char *backend, char *buf, size_t cap);
-uint32_t xsmall_requested(const xslab *sl, uintptr_t addr);
 
 #define XSEG_MAX_DEVICES 64
 #define XSEG_DEFAULT_MAX_HANDLE ((size_t)1 << 30)
@@ -52,14 +50,12 @@ xseg_status xseg_check_fork(xseg_t *xs, const char *what)
                      "create a new one in the child", what, xs->device);
 }
 
-#define CHECK_XS(xs)                                                                        \
-    do {                                                                                    \
-        if (!(xs))                                                                          \
-            return xseg_fail(NULL, XSEG_ERR_INVALID_ARG, "xseg: allocator is NULL");        \
-        if (forked(xs))                                                                     \
-            return xseg_fail(xs, XSEG_ERR_FORKED,                                           \
-                             "xseg: allocator of device %d used in a child after fork(); "  \
-                             "create a new one in the child", (xs)->device);               \
+#define CHECK_XS(xs)                                                                 \
+    do {                                                                             \
+        if (!(xs))                                                                   \
+            return xseg_fail(NULL, XSEG_ERR_INVALID_ARG, "xseg: allocator is NULL"); \
+        if (forked(xs))                                                              \
+            return xseg_check_fork(xs, __func__);                                    \
     } while (0)
 
 /* ---- create / destroy ---- */
@@ -484,15 +480,9 @@ static xstream *owner_of(uintptr_t tag)
 
 static void sizes_of(uintptr_t addr, uintptr_t tag, size_t *block, size_t *req)
 {
-    if (tag & 1) {
-        const xslab *sl = (const xslab *)(tag & ~(uintptr_t)1);
-        *block = sl->slot_size;
-        *req = xsmall_requested(sl, addr);
-    } else {
-        const xblock *b = (const xblock *)tag;
-        *block = b->size;
-        *req = b->requested;
-    }
+    *block = (tag & 1) ? ((const xslab *)(tag & ~(uintptr_t)1))->slot_size
+                       : ((const xblock *)tag)->size;
+    *req = xseg_requested_of(addr, tag);
 }
 
 /* The live-map value of addr, unless it is free or held in a thread cache. */

@@ -202,6 +202,14 @@ void xtc_detach_all(xseg_t *xs);
 xseg_status xseg_free_locked(xseg_t *xs, uintptr_t addr);
 /* Requested size recorded for a live slot (small.c). */
 uint32_t xsmall_requested(const xslab *sl, uintptr_t addr);
+/* The request recorded for a live allocation (block or slot). */
+static inline size_t xseg_requested_of(uintptr_t addr, uintptr_t tag)
+{
+    if (tag & 1)
+        return xsmall_requested((const xslab *)(tag & ~(uintptr_t)1), addr);
+    return ((const xblock *)tag)->requested;
+}
+
 /* The generation word of a live allocation. */
 static inline _Atomic uint64_t *xseg_gen_of(uintptr_t addr, uintptr_t tag)
 {
@@ -337,5 +345,7 @@ int xsmall_classify(const xslab *slab, uintptr_t addr);
 
 /* ---- stats.c ---- */
 void xseg_fill_stats(xseg_t *xs, xseg_stats *st);
+/* JSON of a stats struct into buf; returns the length needed (no NUL). */
+size_t xseg_render_json(const xseg_stats *s, const char *backend, char *buf, size_t cap);
 
 #endif

@@ -9,7 +9,6 @@
 #include "internal.h"
 #include "textbuf.h"
 
-uint32_t xsmall_requested(const xslab *sl, uintptr_t addr);
 
 typedef unsigned long long ull;
 

@@ -73,7 +73,6 @@ static void jnum(xtb *j, const char *name, uint64_t v, int last)
     xtb_put(j, "\"%s\":%llu%s", name, (unsigned long long)v, last ? "" : ",");
 }
 
-size_t xseg_render_json(const xseg_stats *s, const char *backend, char *buf, size_t cap);
 size_t xseg_render_json(const xseg_stats *s, const char *backend, char *buf, size_t cap)
 {
     xtb j = {buf, cap, 0};

@@ -266,8 +266,7 @@ static void flush(xseg_t *xs, xtc *tc)
         for (uint32_t k = 0; k < b->n; k++) { /* oldest first, for the LRU */
             tc_entry e = b->e[k];
             atomic_store_explicit(e.genp, e.gen, memory_order_relaxed);
-            uint64_t greq = (e.tag & 1) ? xsmall_requested((xslab *)(e.tag & ~(uintptr_t)1), e.addr)
-                                        : ((xblock *)e.tag)->requested;
+            uint64_t greq = xseg_requested_of(e.addr, e.tag);
             tc->held_bytes -= e.rounded;
             cadd(&tc->held_b, -(int64_t)e.rounded);
             cadd(&tc->held_n, -1);
