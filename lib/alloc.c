@@ -159,10 +159,11 @@ static xblock *coalesce(xseg_t *xs, xblock *b, int to_lru)
 /* Unmap whole handles inside a free block (at least `want` bytes, or all)
  * once the GPU is done with it.  A block left with nothing to release
  * leaves the LRU and becomes neutral.  Returns bytes released. */
-static size_t reclaim_block(xseg_t *xs, xblock *b, size_t want)
+static size_t reclaim_block(xseg_t *xs, xblock *b, size_t want, int *refused)
 {
     int err = 0;
     size_t got = xarena_release_inside(xs, b->addr, b->addr + b->size, want, &err);
+    *refused = err;
     if (err || got >= want)
         return got; /* refused, or enough: the rest stays cached */
     lru_remove(xs, b);
@@ -172,6 +173,7 @@ static size_t reclaim_block(xseg_t *xs, xblock *b, size_t want)
         b = coalesce(xs, b, 0);
         /* Pages shared with neutral neighbours are whole inside it now. */
         got += xarena_release_inside(xs, b->addr, b->addr + b->size, want - got, &err);
+        *refused = err;
         if ((err || got >= want) && !(b->flags & XB_LRU))
             lru_push(xs, b); /* may still hold mapped pages: stays reclaimable */
     }
@@ -197,9 +199,9 @@ size_t xseg_reclaim(xseg_t *xs, size_t want, int block)
             skipped_tail = b;
             continue;
         }
-        size_t before = got;
-        got += reclaim_block(xs, b, want - got);
-        if (got == before && (b->flags & XB_LRU))
+        int refused = 0;
+        got += reclaim_block(xs, b, want - got, &refused);
+        if (refused)
             break; /* the driver refused: it stays cached, retried next time */
     }
     /* Put the skipped blocks back at the head, in their order. */
@@ -588,8 +590,9 @@ void xblk_free(xseg_t *xs, xblock *b)
     b->epoch = b->owner ? b->owner->epoch : 0;
     b->stamp = ++xs->stamp;
     b = coalesce(xs, b, 1);
+    int refused;
     if (!xs->conf.caching && (!b->owner || xstream_done(xs, b->owner, b->epoch, 1)))
-        reclaim_block(xs, b, SIZE_MAX);
+        reclaim_block(xs, b, SIZE_MAX, &refused); /* a refusal leaves it cached */
 }
 
 /* Real release of a user allocation (its stream uses, if any, are done). */
