@@ -452,27 +452,6 @@ static xblock *block_containing(const xseg_t *xs, uintptr_t p)
 }
 
 /* Error path only (a linear walk is fine here): why is p not live? */
-static xseg_status bad_pointer(xseg_t *xs, const void *ptr, const char *what)
-{
-    uintptr_t p = (uintptr_t)ptr;
-    const xarena *ar = &xs->arena;
-    if (p < ar->base || p >= ar->base + ar->size)
-        return xseg_fail(xs, XSEG_ERR_INVALID_POINTER,
-                         "%s: %p was not allocated by this allocator (device %d)", what, ptr,
-                         xs->device);
-    xblock *b = block_containing(xs, p);
-    int kind = 3;
-    if (b && (b->flags & XB_SLAB))
-        kind = xsmall_classify(b->slab, p);
-    else if (b && !(b->flags & XB_FREE))
-        kind = p == b->addr ? 1 : 2;
-    if (kind == 2)
-        return xseg_fail(xs, XSEG_ERR_INTERIOR_POINTER,
-                         "%s: %p points inside a live allocation, not at its start", what, ptr);
-    return xseg_fail(xs, XSEG_ERR_DOUBLE_FREE,
-                     "%s: %p is not a live allocation: already freed (double free)", what, ptr);
-}
-
 static xstream *owner_of(uintptr_t tag)
 {
     return (tag & 1) ? ((xslab *)(tag & ~(uintptr_t)1))->owner : ((xblock *)tag)->owner;
@@ -491,6 +470,39 @@ static int live_tag(xseg_t *xs, uintptr_t addr, uintptr_t *tag)
     if (!xseg_ptrmap_get(&xs->live, addr, tag))
         return 0;
     return !(atomic_load_explicit(xseg_gen_of(addr, *tag), memory_order_relaxed) & 1);
+}
+
+/* Start of the allocation (block or slot) that contains p, or 0 when p
+ * lies in free space. */
+static uintptr_t allocation_start(const xblock *b, uintptr_t p)
+{
+    if (!b || (b->flags & XB_FREE))
+        return 0;
+    if (!(b->flags & XB_SLAB))
+        return b->addr;
+    const xslab *sl = b->slab;
+    uintptr_t slot = (p - b->addr) / sl->slot_size;
+    return slot < sl->nslots ? b->addr + slot * sl->slot_size : 0;
+}
+
+/* Error path only (a linear walk is fine here): why is p not live?  Inside
+ * a live allocation it is an interior pointer; anywhere else in the arena,
+ * including blocks freed but still held (thread caches, deferred frees), it
+ * was freed. */
+static xseg_status bad_pointer(xseg_t *xs, const void *ptr, const char *what)
+{
+    uintptr_t p = (uintptr_t)ptr, tag;
+    const xarena *ar = &xs->arena;
+    if (p < ar->base || p >= ar->base + ar->size)
+        return xseg_fail(xs, XSEG_ERR_INVALID_POINTER,
+                         "%s: %p was not allocated by this allocator (device %d)", what, ptr,
+                         xs->device);
+    uintptr_t start = allocation_start(block_containing(xs, p), p);
+    if (start && start != p && live_tag(xs, start, &tag))
+        return xseg_fail(xs, XSEG_ERR_INTERIOR_POINTER,
+                         "%s: %p points inside a live allocation, not at its start", what, ptr);
+    return xseg_fail(xs, XSEG_ERR_DOUBLE_FREE,
+                     "%s: %p is not a live allocation: already freed (double free)", what, ptr);
 }
 
 xseg_status xseg_free_locked(xseg_t *xs, uintptr_t addr)

@@ -339,9 +339,6 @@ xseg_status xsmall_alloc(xseg_t *xs, xstream *s, int cls, size_t size, void **ou
 void xsmall_free(xseg_t *xs, xslab *slab, uintptr_t addr);
 /* Release every empty slab (trim). */
 void xsmall_drop_empty(xseg_t *xs);
-/* Classify an address inside a slab for error messages: 1 live slot start,
- * 2 interior of a live slot, 3 free slot. */
-int xsmall_classify(const xslab *slab, uintptr_t addr);
 
 /* ---- stats.c ---- */
 void xseg_fill_stats(xseg_t *xs, xseg_stats *st);

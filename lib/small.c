@@ -188,15 +188,6 @@ void xsmall_drop_empty(xseg_t *xs)
         }
 }
 
-int xsmall_classify(const xslab *sl, uintptr_t addr)
-{
-    uintptr_t off = addr - sl->blk->addr;
-    uint32_t slot = (uint32_t)(off / sl->slot_size);
-    if (slot >= sl->nslots || !sl->req[slot])
-        return 3;
-    return off % sl->slot_size ? 2 : 1;
-}
-
 static void free_slab_meta(xslab *sl)
 {
     free(sl->next_free);
