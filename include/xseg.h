@@ -213,6 +213,16 @@ typedef struct xseg_torch_pool_id {
 XSEG_API void xseg_torch_begin_pool(int device, xseg_torch_pool_id id, void *filter);
 XSEG_API void xseg_torch_end_pool(int device, xseg_torch_pool_id id);
 XSEG_API void xseg_torch_release_pool(int device, xseg_torch_pool_id id);
+/* The graph pools of `device` (-1: all devices), for monitoring. */
+typedef struct xseg_torch_pools_info {
+    size_t pools;         /* pools alive */
+    size_t in_use;        /* of those, pools a graph (or the capture) still uses */
+    size_t failed;        /* pools whose allocator could not be created */
+    size_t mapped_bytes;  /* device memory the pools hold */
+    size_t live_blocks;   /* pool allocations not yet freed */
+    size_t live_bytes;    /* their requested bytes */
+} xseg_torch_pools_info;
+XSEG_API xseg_status xseg_torch_pools(int device, xseg_torch_pools_info *out);
 /* Set the process-wide allocators' conf before first use (NULL: XSEG_CONF). */
 XSEG_API xseg_status xseg_set_default_conf(const char *conf);
 

@@ -489,6 +489,36 @@ void xseg_torch_end_pool(int device, xseg_torch_pool_id id)
     pthread_mutex_unlock(&g_pool_lock);
 }
 
+static void pool_add_info(tpool *p, xseg_torch_pools_info *out)
+{
+    out->pools++;
+    if (p->refs || atomic_load(&g_capture[p->device]) == p)
+        out->in_use++;
+    xseg_stats st = {.size = sizeof st};
+    if (!p->xs) {
+        out->failed++;
+    } else if (xseg_get_stats(p->xs, &st) == XSEG_OK) {
+        out->mapped_bytes += st.mapped_bytes.current;
+        out->live_blocks += st.active_blocks.current;
+        out->live_bytes += st.requested_bytes.current;
+    }
+}
+
+xseg_status xseg_torch_pools(int device, xseg_torch_pools_info *out)
+{
+    if (!out)
+        return xseg_fail(NULL, XSEG_ERR_INVALID_ARG, "xseg_torch_pools: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (device != -1 && !check_device(device, "xseg_torch_pools"))
+        return XSEG_ERR_NO_DEVICE;
+    pthread_mutex_lock(&g_pool_lock);
+    for (tpool *p = g_pools; p; p = p->next)
+        if (device < 0 || p->device == device)
+            pool_add_info(p, out);
+    pthread_mutex_unlock(&g_pool_lock);
+    return XSEG_OK;
+}
+
 void xseg_torch_release_pool(int device, xseg_torch_pool_id id)
 {
     xseg_clear_error();

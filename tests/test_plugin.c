@@ -198,6 +198,13 @@ static int pool_alive(void *freed)
     return 0;
 }
 
+static xseg_torch_pools_info pools_of(int device)
+{
+    xseg_torch_pools_info i;
+    ck_assert_int_eq(xseg_torch_pools(device, &i), XSEG_OK);
+    return i;
+}
+
 START_TEST(graph_pool_routes_and_reuses)
 {
     xseg_torch_pool_id id = {7, 0};
@@ -300,12 +307,48 @@ START_TEST(graph_pool_that_cannot_be_created)
     ck_assert_ptr_null(xseg_torch_alloc(MiB, 0, S1));
     ck_assert_msg(error_has("could not be created: xseg conf: unknown key \"bogus\""), "%s",
                   xseg_last_error());
+    ck_assert_uint_eq(pools_of(0).failed, 1);
     xseg_torch_end_pool(0, id);
     void *p = xseg_torch_alloc(MiB, 0, S1);
     ck_assert_ptr_nonnull(p);
     xseg_torch_free(p, MiB, 0, S1);
     xseg_torch_release_pool(0, id);
     xseg_torch_reset();
+}
+END_TEST
+
+START_TEST(graph_pools_are_reported)
+{
+    xseg_torch_pool_id id = {21, 0};
+    xseg_torch_pools_info i = pools_of(0);
+    ck_assert_uint_eq(i.pools, 0);
+    xseg_torch_begin_pool(0, id, NULL);
+    void *p = xseg_torch_alloc(3 * MiB, 0, S1);
+    ck_assert_ptr_nonnull(p);
+    i = pools_of(0);
+    ck_assert_uint_eq(i.pools, 1);
+    ck_assert_uint_eq(i.in_use, 1);
+    ck_assert_uint_eq(i.live_blocks, 1);
+    ck_assert_uint_eq(i.live_bytes, 3 * MiB);
+    ck_assert_uint_ge(i.mapped_bytes, 3 * MiB);
+    ck_assert_uint_eq(pools_of(1).pools, 0); /* another device */
+    ck_assert_uint_eq(pools_of(-1).pools, 1);
+    xseg_torch_end_pool(0, id);
+    xseg_torch_free(p, 3 * MiB, 0, S1);
+    i = pools_of(0);
+    ck_assert_uint_eq(i.in_use, 1); /* the graph lives */
+    ck_assert_uint_eq(i.live_blocks, 0);
+    ck_assert_uint_ge(i.mapped_bytes, 3 * MiB); /* kept for replays */
+    xseg_torch_release_pool(0, id);
+    i = pools_of(0);
+    ck_assert_uint_eq(i.pools, 1); /* until the next empty_cache */
+    ck_assert_uint_eq(i.in_use, 0);
+    xseg_torch_reset();
+    i = pools_of(0);
+    ck_assert_uint_eq(i.pools, 0);
+    ck_assert_uint_eq(i.mapped_bytes, 0);
+    ck_assert_int_eq(xseg_torch_pools(64, &i), XSEG_ERR_NO_DEVICE);
+    ck_assert_int_eq(xseg_torch_pools(0, NULL), XSEG_ERR_INVALID_ARG);
 }
 END_TEST
 
@@ -390,6 +433,7 @@ static Suite *plugin_suite(void)
     tcase_add_test(g, graph_pool_end_of_another_id_is_ignored);
     tcase_add_test(g, graph_pool_that_cannot_be_created);
     tcase_add_test(g, graph_pool_hooks_check_the_device);
+    tcase_add_test(g, graph_pools_are_reported);
     suite_add_tcase(s, g);
     return s;
 }

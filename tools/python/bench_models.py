@@ -33,7 +33,7 @@ import time
 import traceback
 
 MODES = ("native", "expandable", "xseg")
-WORKLOADS = ("llama", "gpt2", "graph")
+WORKLOADS = ("llama", "gpt2", "graph", "probe")
 GiB = float(1 << 30)
 
 # (batch, prompt length, new tokens)
@@ -77,13 +77,19 @@ class Meter:
                 "xseg_stats": {k: v for k, v in st.items() if k.startswith("xseg.")}}
 
 
-def setup_mode(mode, xseg_conf):
+HISTORY = 1000000
+
+
+def setup_mode(mode, xseg_conf, trace=False):
     """Allocator switch before torch touches CUDA, then deterministic
     settings and CUDA init; returns (torch, stats function, info)."""
     import torch
     info = {"torch": torch.__version__}
     if mode == "xseg":
         import xseg
+        if trace:
+            base = xseg_conf if xseg_conf is not None else os.environ.get("XSEG_CONF", "")
+            xseg_conf = (base + "," if base else "") + f"history:{HISTORY}"
         xseg.install(xseg_conf)
         info.update(xseg_library=xseg.library_path(), xseg_hooks=list(xseg.hooks()),
                     xseg_conf=os.environ.get("XSEG_CONF", ""))
@@ -126,12 +132,17 @@ def build(torch, cls, config, dtype, seed):
     return model
 
 
-def timed(torch, fn):
+def timed(torch, fn, calls=None):
+    """fn() between two synchronisations: (its result, wall seconds).  With
+    `calls`, appends [wall seconds, CPU seconds of this process]."""
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     out = fn()
     torch.cuda.synchronize()
-    return out, time.perf_counter() - t0
+    dt = time.perf_counter() - t0
+    if calls is not None:
+        calls.append([round(dt, 6), round(time.process_time() - c0, 6)])
+    return out, dt
 
 
 def llama_config(transformers):
@@ -143,7 +154,7 @@ def llama_config(transformers):
         bos_token_id=1, eos_token_id=2, pad_token_id=0)
 
 
-def llama_pass(torch, model, meter, seed, digest):
+def llama_pass(torch, model, meter, seed, digest, calls=None):
     """One pass over LLAMA_CALLS: (generated tokens, seconds)."""
     tokens, seconds = 0, 0.0
     for i, (b, plen, new) in enumerate(LLAMA_CALLS):
@@ -152,7 +163,7 @@ def llama_pass(torch, model, meter, seed, digest):
         mask = torch.ones_like(ids)
         out, dt = timed(torch, lambda: model.generate(
             input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=new,
-            min_new_tokens=new, pad_token_id=0))
+            min_new_tokens=new, pad_token_id=0), calls)
         digest.update(out[:, plen:].cpu().numpy().tobytes())
         tokens += b * new
         seconds += dt
@@ -167,18 +178,19 @@ def run_llama(torch, stats, seed, passes):
     model = build(torch, transformers.LlamaForCausalLM, llama_config(transformers),
                   torch.bfloat16, seed).eval()
     meter.poll()
-    digests, rates = [], []
+    digests, rates, calls = [], [], []
     with torch.no_grad():
         for p in range(passes):
             d = hashlib.sha256()
-            tokens, secs = llama_pass(torch, model, meter, seed, d)
+            calls.append([])
+            tokens, secs = llama_pass(torch, model, meter, seed, d, calls[-1])
             digests.append(d.hexdigest())
             if p > 0 or passes == 1:
                 rates.append(tokens / secs)
     out = meter.result()
     out.update(throughput=max(rates), throughput_unit="generated tokens/s",
                throughput_all=rates, output_hash=digests[0],
-               outputs_stable_across_passes=len(set(digests)) == 1,
+               outputs_stable_across_passes=len(set(digests)) == 1, call_times=calls,
                params=sum(p.numel() for p in model.parameters()))
     return out
 
@@ -192,7 +204,7 @@ def gpt2_config(transformers):
         use_cache=False)
 
 
-def gpt2_round(torch, model, opt, meter, seed, losses):
+def gpt2_round(torch, model, opt, meter, seed, losses, calls=None):
     steps_tokens, seconds = 0, 0.0
     for i, (b, s) in enumerate(GPT2_STEPS):
         g = torch.Generator().manual_seed(seed + i)
@@ -206,7 +218,7 @@ def gpt2_round(torch, model, opt, meter, seed, losses):
             opt.zero_grad(set_to_none=True)
             return loss.item()
 
-        loss, dt = timed(torch, step)
+        loss, dt = timed(torch, step, calls)
         losses.append(loss)
         steps_tokens += b * s
         seconds += dt
@@ -222,15 +234,17 @@ def run_gpt2(torch, stats, seed, passes):
                   torch.float32, seed).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
     meter.poll()
-    losses, rates, steps_rates = [], [], []
+    losses, rates, steps_rates, calls = [], [], [], []
     for p in range(passes):
-        tokens, secs = gpt2_round(torch, model, opt, meter, seed, losses)
+        calls.append([])
+        tokens, secs = gpt2_round(torch, model, opt, meter, seed, losses, calls[-1])
         if p > 0 or passes == 1:
             rates.append(tokens / secs)
             steps_rates.append(len(GPT2_STEPS) / secs)
     out = meter.result()
     out.update(throughput=max(rates), throughput_unit="training tokens/s",
                steps_per_s=max(steps_rates), throughput_all=rates, losses=losses,
+               call_times=calls,
                output_hash=hashlib.sha256(repr(losses).encode()).hexdigest(),
                params=sum(p.numel() for p in model.parameters()))
     return out
@@ -293,17 +307,119 @@ def run_graph(torch, stats, seed, passes):
     return out
 
 
-RUNNERS = {"llama": run_llama, "gpt2": run_gpt2, "graph": run_graph}
+def event_ms(torch, fn, reps):
+    """Median milliseconds of fn() over reps runs, timed with CUDA events
+    (after one warm-up run)."""
+    fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def alloc_pairs_ns(torch, nbytes, n=20000):
+    """Nanoseconds per torch.empty + del of nbytes, from Python (warm)."""
+    for _ in range(100):
+        torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / n * 1e9
+
+
+def run_probe(torch, stats, seed, passes):
+    """Where time goes on the llama model, piece by piece: GPU reads of the
+    weights (are xseg's mappings slower for kernels?), a GPU-bound prefill, a
+    CPU-bound generate(), and the Python-level allocation cost."""
+    import transformers
+    meter = Meter(torch, stats)
+    model = build(torch, transformers.LlamaForCausalLM, llama_config(transformers),
+                  torch.bfloat16, seed).eval()
+    params = list(model.parameters())
+    nbytes = sum(p.numel() * p.element_size() for p in params)
+    out = {"weight_bytes": nbytes}
+    with torch.no_grad():
+        ms = event_ms(torch, lambda: torch._foreach_norm(params), 20)
+        out["weights_read_ms"] = ms
+        out["weights_read_GBps"] = nbytes / ms / 1e6
+        big = torch.cat([p.reshape(-1) for p in params[:64]])
+        ms = event_ms(torch, lambda: big.float().sum(), 20)
+        out["contiguous_read_ms"], out["contiguous_read_GBps"] = ms, big.numel() * 2 / ms / 1e6
+        del big
+        g = torch.Generator().manual_seed(seed)
+        ids = torch.randint(3, 128256, (8, 1024), generator=g).cuda()
+        out["prefill_8x1024_ms"] = event_ms(torch, lambda: model(input_ids=ids, use_cache=False),
+                                            5)
+        small = ids[:4, :64].contiguous()
+        gen = []
+        for _ in range(4):
+            _, dt = timed(torch, lambda: model.generate(
+                input_ids=small, attention_mask=torch.ones_like(small), do_sample=False,
+                max_new_tokens=32, min_new_tokens=32, pad_token_id=0))
+            gen.append(dt)
+        gen.sort()
+        out["generate_4x64x32_ms"] = 1000 * gen[len(gen) // 2]
+        del ids, small
+    meter.poll()
+    for size in (4096, 1 << 20, 64 << 20):
+        out[f"empty_del_{size}_ns"] = alloc_pairs_ns(torch, size)
+    meter.poll()
+    out.update(meter.result())
+    out.update(throughput=1000.0 / out["generate_4x64x32_ms"], throughput_unit="generate/s",
+               output_hash="n/a")
+    return out
+
+
+RUNNERS = {"llama": run_llama, "gpt2": run_gpt2, "graph": run_graph, "probe": run_probe}
+
+
+def write_trace(path, history):
+    """The alloc and free events of an xseg history as an xseg-trace v1 file
+    (gzip); frees of blocks allocated before the ring's oldest event are
+    left out.  Returns what the live run saw at its peak of mapped memory."""
+    import gzip
+    ids, streams, next_id = {}, {}, 0
+    peak = {"mapped": 0}
+    with gzip.open(path, "wt") as f:
+        f.write(f"# xseg-trace v1: recorded by bench_models.py through xseg's history "
+                f"(dropped {history['dropped']} events)\n")
+        for e in history["events"]:
+            if e["mapped"] > peak["mapped"]:
+                peak = {"mapped": e["mapped"], "live": e["live"], "seq": e["seq"]}
+            if e["kind"] == "alloc":
+                sid = streams.setdefault(e["stream"], len(streams))
+                ids[e["addr"]] = next_id
+                f.write(f"a,{next_id},{e['size']},{sid}\n")
+                next_id += 1
+            elif e["kind"] == "free" and e["addr"] in ids:
+                f.write(f"f,{ids.pop(e['addr'])}\n")
+    return {"trace": path, "events": len(history["events"]),
+            "dropped": history["dropped"], "peak_mapped_event": peak}
 
 
 def child(args):
     result = {"workload": args.workload, "mode": args.mode, "seed": args.seed}
+    trace = bool(args.trace_dir) and args.mode == "xseg"
     try:
-        torch, stats, info = setup_mode(args.mode, args.xseg_conf)
+        torch, stats, info = setup_mode(args.mode, args.xseg_conf, trace)
         result.update(info)
         t0 = time.perf_counter()
         result.update(RUNNERS[args.workload](torch, stats, args.seed, args.passes))
         result["wall_s"] = time.perf_counter() - t0
+        if trace:
+            import xseg
+            os.makedirs(args.trace_dir, exist_ok=True)
+            result["recorded"] = write_trace(
+                os.path.join(args.trace_dir, f"{args.workload}_live.csv.gz"),
+                json.loads(xseg.history_json(0)))
         if args.mode != "xseg":
             result["expandable_segments_seen"] = any(
                 seg.get("is_expandable", False) for seg in torch.cuda.memory_snapshot())
@@ -342,6 +458,8 @@ def run_one(args, workload, mode, timeout):
                "--child-out", out]
         if args.xseg_conf:
             cmd += ["--xseg-conf", args.xseg_conf]
+        if args.trace_dir:
+            cmd += ["--trace-dir", os.path.abspath(args.trace_dir)]
         t0 = time.perf_counter()
         try:
             p = subprocess.run(cmd, env=mode_env(mode), capture_output=True, text=True,
@@ -375,6 +493,8 @@ def compare(results):
         same = len(set(hashes.values())) == 1
         v = {"outputs_identical": same if len(rows) == len(MODES) else (False if not same else None),
              "hashes": hashes}
+        if w == "probe":  # measurements only: no outputs to compare
+            v["outputs_identical"] = None
         if w == "graph":
             v["graph_ok"] = {m: r.get("graph_ok") for m, r in rows.items()}
         if "xseg" in rows and "expandable" in rows:
@@ -453,7 +573,8 @@ def markdown(results, verdict):
 
 def write(path, args, results, verdict, started):
     doc = {"command": " ".join([os.path.basename(sys.executable)] + sys.argv),
-           "seed": args.seed, "passes": args.passes, "xseg_conf": args.xseg_conf,
+           "seed": args.seed, "passes": args.passes, "rounds": args.rounds,
+           "xseg_conf": args.xseg_conf,
            "started": started, "elapsed_s": time.time() - started,
            "results": [results[k] for k in sorted(results)], "verdict": verdict,
            "markdown": markdown(results, verdict)}
@@ -463,25 +584,53 @@ def write(path, args, results, verdict, started):
     os.replace(tmp, path)
 
 
+def aggregate(runs):
+    """One row from the rounds of a (workload, mode): the median
+    throughput and peak, with every round's values kept."""
+    ok = [r for r in runs if "error" not in r]
+    if not ok:
+        return runs[-1]
+    def median(key):
+        vals = sorted(r[key] for r in ok)
+        return vals[len(vals) // 2]
+    row = dict(ok[0])
+    if len(runs) > 1:
+        row["throughput_rounds"] = [r["throughput"] for r in ok]
+        row["peak_device_rounds"] = [r["peak_device_bytes"] for r in ok]
+        row["throughput"] = median("throughput")
+        row["peak_device_bytes"] = median("peak_device_bytes")
+        row["rounds"] = len(ok)
+        hashes = {r.get("output_hash") for r in ok}
+        if len(hashes) > 1:
+            row["output_hash"] = "differs between rounds"
+    return row
+
+
 def parent(args):
     started = time.time()
-    results, verdict = {}, {}
-    for w in args.workloads:
-        for m in args.modes:
-            left = args.budget - (time.time() - started)
-            if left < 30:
-                results[(w, m)] = {"workload": w, "mode": m, "subprocess_s": 0.0,
-                                   "error": f"skipped: the {args.budget} s budget is spent"}
-                continue
-            print(f"[bench] {w} / {m} ...", flush=True)
-            r = run_one(args, w, m, min(args.timeout, left))
-            results[(w, m)] = r
-            status = r.get("error") or (f"peak {fmt_gib(r['peak_device_bytes']).strip()} GiB, "
-                                        f"{r['throughput']:.1f} {r['throughput_unit']}")
-            print(f"[bench] {w} / {m}: {status} ({r['subprocess_s']:.0f} s)", flush=True)
-            verdict = compare(results)
-            if args.out:
-                write(args.out, args, results, verdict, started)
+    runs, results, verdict = {}, {}, {}
+    for rnd in range(args.rounds):
+        for w in args.workloads:
+            k = rnd % len(args.modes)  # rotate the order: no mode always runs first
+            for m in args.modes[k:] + args.modes[:k]:
+                left = args.budget - (time.time() - started)
+                if left < 30:
+                    if (w, m) not in runs:
+                        runs[(w, m)] = [{"workload": w, "mode": m, "subprocess_s": 0.0,
+                                         "error": f"skipped: the {args.budget} s budget is "
+                                                  "spent"}]
+                    continue
+                print(f"[bench] round {rnd + 1}: {w} / {m} ...", flush=True)
+                r = run_one(args, w, m, min(args.timeout, left))
+                runs.setdefault((w, m), []).append(r)
+                status = r.get("error") or (f"peak {fmt_gib(r['peak_device_bytes']).strip()} "
+                                            f"GiB, {r['throughput']:.1f} {r['throughput_unit']}")
+                print(f"[bench] round {rnd + 1}: {w} / {m}: {status} "
+                      f"({r['subprocess_s']:.0f} s)", flush=True)
+                results = {key: aggregate(v) for key, v in runs.items()}
+                verdict = compare(results)
+                if args.out:
+                    write(args.out, args, results, verdict, started)
     print()
     print(table(results, verdict))
     print()
@@ -493,12 +642,18 @@ def parent(args):
 def parse(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", help="write the results as JSON here")
-    ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
+    ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS[:3]), choices=WORKLOADS)
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--passes", type=int, default=2,
                     help="passes over each schedule; the first warms up, the fastest later "
                          "one gives the throughput")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="fresh processes per workload and mode, in rotating order; the "
+                         "table shows the median")
+    ap.add_argument("--trace-dir", default=None,
+                    help="xseg mode: record every allocation (conf history) and write it "
+                         "there as an xseg-trace v1 file, for xseg-replay")
     ap.add_argument("--timeout", type=int, default=240, help="seconds per subprocess")
     ap.add_argument("--budget", type=int, default=540,
                     help="seconds for the whole run; later runs are skipped past it")

@@ -1,6 +1,7 @@
 """test_stats: memory_stats() on the host backend through ctypes: the
 torch.cuda.memory_stats() keys and their numbers across allocations, frees,
 empty_cache and a peak reset; the xseg.* keys; stats_json and prometheus."""
+import ctypes
 import unittest
 
 import _common  # noqa: F401
@@ -117,6 +118,53 @@ class StatsTest(unittest.TestCase):
         self.assertIn('device="0"', text)
         self.assertIn("# TYPE", text)
         self.assertEqual(xseg.backend(0), "host")
+
+
+    def test_graph_pools(self):
+        class PoolId(ctypes.Structure):
+            _fields_ = [("first", ctypes.c_uint64), ("second", ctypes.c_uint64)]
+        hooks = {"xseg_torch_begin_pool": [ctypes.c_int, PoolId, ctypes.c_void_p],
+                 "xseg_torch_end_pool": [ctypes.c_int, PoolId],
+                 "xseg_torch_release_pool": [ctypes.c_int, PoolId]}
+        for name, args in hooks.items():
+            getattr(self.lib, name).argtypes = args
+            getattr(self.lib, name).restype = None
+        pid = PoolId(77, 1)
+        self.assertEqual(xseg.graph_pools(0)["pools"], 0)
+        self.lib.xseg_torch_begin_pool(0, pid, None)
+        p = self.lib.xseg_torch_alloc(5 << 20, 0, None)
+        self.assertTrue(p, _lib.last_error())
+        info = xseg.graph_pools(0)
+        self.assertEqual((info["pools"], info["in_use"], info["live_blocks"], info["live_bytes"]),
+                         (1, 1, 1, 5 << 20))
+        self.assertGreaterEqual(info["mapped_bytes"], 5 << 20)
+        self.lib.xseg_torch_end_pool(0, pid)
+        self.lib.xseg_torch_free(p, 0, 0, None)
+        self.lib.xseg_torch_release_pool(0, pid)
+        info = xseg.graph_pools(None)
+        self.assertEqual((info["pools"], info["in_use"], info["live_blocks"]), (1, 0, 0))
+        xseg.empty_cache()
+        self.assertEqual(xseg.graph_pools(0), {k: 0 for k in info})
+        with self.assertRaises(xseg.XsegError):
+            xseg.graph_pools(64)
+
+
+class MonitoringJsonTest(unittest.TestCase):
+    def test_history_and_snapshot(self):
+        code = ("import json, xseg\n"
+                "from xseg import _lib\n"
+                "lib = _lib.load()\n"
+                "p = lib.xseg_torch_alloc(3 << 20, 0, None)\n"
+                "lib.xseg_torch_free(p, 0, 0, None)\n"
+                "h = json.loads(xseg.history_json(0))\n"
+                "print([e['kind'] for e in h['events'] if e['kind'] in ('alloc', 'free')])\n"
+                "s = json.loads(xseg.snapshot_json(0))\n"
+                "print(sorted(s)[:3])\n")
+        r = _common.run_py(code, env={"XSEG_CONF": _common.HOST_CONF + ",history:100"})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertEqual(lines[0], "['alloc', 'free']")
+        self.assertTrue(lines[1].startswith("["), r.stdout)
 
 
 if __name__ == "__main__":

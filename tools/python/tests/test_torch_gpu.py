@@ -117,11 +117,19 @@ with torch.no_grad():
         assert torch.allclose(static_out, ref, rtol=1e-4, atol=1e-4), (static_out - ref).abs().max()
 assert all(bool((j == 7.0).all()) for j in junk), "a replay wrote into eager memory"
 torch.cuda.synchronize()
-free_before = torch.cuda.mem_get_info()[0]
+def state(tag):
+    return (tag, torch.cuda.mem_get_info()[0], xseg.graph_pools(0),
+            xseg.memory_stats(0)["reserved_bytes.all.current"])
+seen = [state("graph alive")]
+assert seen[0][2]["pools"] == 1 and seen[0][2]["in_use"] == 1, seen
 del g, static_out
 gc.collect()
+seen.append(state("graph deleted"))
+assert seen[-1][2]["in_use"] == 0 and seen[-1][2]["live_blocks"] == 0, seen
 torch.cuda.empty_cache()
-assert torch.cuda.mem_get_info()[0] >= free_before
+seen.append(state("empty_cache"))
+assert seen[-1][2]["pools"] == 0, seen
+assert seen[-1][1] >= seen[0][1] + seen[0][2]["mapped_bytes"], seen
 print("OK")
 """
 

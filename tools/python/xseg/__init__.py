@@ -8,6 +8,8 @@ Pure Python over libxseg.so (ctypes).  The public functions:
     summary(device)         readable table, like torch.cuda.memory_summary()
     stats_json(device)      the library's JSON statistics
     prometheus(device)      Prometheus text exposition, for a /metrics page
+    graph_pools(device)     the CUDA-graph pools: count, memory, live blocks
+    snapshot_json(device), history_json(device)   blocks and recorded events
     reset_peak_stats(device), last_error(), library_path(), version()
 
 See docs/pytorch.md in the xseg source tree.
@@ -16,8 +18,9 @@ from ._conf import format_conf, set_conf
 from ._lib import XsegError, last_error
 from ._lib import path as library_path
 from ._lib import version as library_version
-from ._stats import (backend, empty_cache, memory_stats, prometheus, raw_stats,
-                     reset_peak_stats, stats_dict, stats_json)
+from ._stats import (backend, empty_cache, graph_pools, history_json, memory_stats,
+                     prometheus, raw_stats, reset_peak_stats, snapshot_json, stats_dict,
+                     stats_json)
 from ._summary import summary
 from ._torch import has_graph_hooks, hooks, install, installed
 
@@ -30,8 +33,8 @@ def version():
 
 
 __all__ = [
-    "XsegError", "backend", "empty_cache", "format_conf", "has_graph_hooks", "hooks",
-    "install", "installed", "last_error", "library_path", "memory_stats", "prometheus",
-    "raw_stats", "reset_peak_stats", "set_conf", "stats_dict", "stats_json", "summary",
-    "version",
+    "XsegError", "backend", "empty_cache", "format_conf", "graph_pools", "has_graph_hooks",
+    "history_json", "hooks", "install", "installed", "last_error", "library_path",
+    "memory_stats", "prometheus", "raw_stats", "reset_peak_stats", "set_conf",
+    "snapshot_json", "stats_dict", "stats_json", "summary", "version",
 ]

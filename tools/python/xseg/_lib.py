@@ -10,7 +10,7 @@ import os
 import threading
 from pathlib import Path
 
-from ._stats_struct import XsegStats
+from ._stats_struct import TorchPoolsInfo, XsegStats
 
 c_int, c_size_t, c_void_p, c_char_p, c_double = (
     ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_double)
@@ -33,6 +33,8 @@ _PROTOTYPES = {
     "xseg_trim": (c_int, [c_void_p, c_size_t, ctypes.POINTER(c_size_t)]),
     "xseg_stats_json": (c_int, [c_void_p, c_void_p, c_size_t, ctypes.POINTER(c_size_t)]),
     "xseg_stats_prometheus": (c_int, [c_void_p, c_void_p, c_size_t, ctypes.POINTER(c_size_t)]),
+    "xseg_snapshot_json": (c_int, [c_void_p, c_void_p, c_size_t, ctypes.POINTER(c_size_t)]),
+    "xseg_history_json": (c_int, [c_void_p, c_void_p, c_size_t, ctypes.POINTER(c_size_t)]),
     "xseg_set_default_conf": (c_int, [c_char_p]),
     "xseg_torch_alloc": (c_void_p, [c_size_t, c_int, c_void_p]),
     "xseg_torch_free": (None, [c_void_p, c_size_t, c_int, c_void_p]),
@@ -40,6 +42,7 @@ _PROTOTYPES = {
     "xseg_torch_reset": (None, []),
     "xseg_torch_memory_fraction": (None, [c_double, c_int]),
     "xseg_torch_record_stream": (None, [c_void_p, c_void_p]),
+    "xseg_torch_pools": (c_int, [c_int, ctypes.POINTER(TorchPoolsInfo)]),
 }
 
 _lock = threading.Lock()

@@ -127,6 +127,26 @@ def stats_dict(device=None):
     return json.loads(stats_json(device))
 
 
+def snapshot_json(device=None):
+    """xseg_snapshot_json(): every block, handle and page of the device's
+    allocator (a debugging aid: it walks everything)."""
+    return _render("xseg_snapshot_json", device)
+
+
+def history_json(device=None):
+    """xseg_history_json(): the recorded events (conf `history:N`)."""
+    return _render("xseg_history_json", device)
+
+
+def graph_pools(device=None):
+    """The CUDA-graph pools of a device (None: every device) as a dict:
+    pools, in_use, failed, mapped_bytes, live_blocks, live_bytes."""
+    info = _lib.TorchPoolsInfo()
+    dev = -1 if device is None else device_index(device)
+    _lib.check(_lib.load().xseg_torch_pools(dev, ctypes.byref(info)), "xseg_torch_pools")
+    return {name: getattr(info, name) for name, _ in info._fields_}
+
+
 def prometheus(device=None):
     """xseg_stats_prometheus(): text exposition format for /metrics."""
     return _render("xseg_stats_prometheus", device)

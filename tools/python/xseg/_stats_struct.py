@@ -41,3 +41,9 @@ def new_stats():
     s = XsegStats()
     s.size = ctypes.sizeof(XsegStats)
     return s
+
+
+class TorchPoolsInfo(ctypes.Structure):
+    """struct xseg_torch_pools_info: the CUDA-graph pools of a device."""
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("pools", "in_use", "failed", "mapped_bytes", "live_blocks", "live_bytes")]
