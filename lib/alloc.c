@@ -471,16 +471,23 @@ static xseg_status make_room(xseg_t *xs, size_t need, size_t request)
         limit = xs->arena_used > SIZE_MAX - rt ? SIZE_MAX : round_page(xs, xs->arena_used) + rt;
     }
     if (after > limit)
-        xseg_reclaim(xs, after - limit, 0);
+        after -= xseg_reclaim(xs, after - limit, 0);
+    if (after > limit && xs->conf.release_wait) {
+        /* What is left is cached memory the GPU may still use: wait for
+         * it rather than go over the threshold. */
+        xseg_reclaim(xs, after - limit, 1);
+    }
     return XSEG_OK;
 }
 
-/* Free neighbour of b whose memory the GPU is done with, or NULL. */
+/* Free neighbour of b whose memory the GPU is done with, or NULL.  With
+ * release_wait, waits for the GPU (see split_large). */
 static const xblock *idle_free(xseg_t *xs, const xblock *n)
 {
     if (!n || !(n->flags & XB_FREE))
         return NULL;
-    return (!n->owner || xstream_done(xs, n->owner, n->epoch, 0)) ? n : NULL;
+    return (!n->owner || xstream_done(xs, n->owner, n->epoch, xs->conf.release_wait)) ? n
+                                                                                       : NULL;
 }
 
 /* Large handles that the new block b only partly covers are split (see
@@ -503,7 +510,7 @@ static void split_large(xseg_t *xs, xblock *b, xstream *from, uint64_t epoch)
     size_t pa = (a - ar->base) >> ar->shift, pb = (e - 1 - ar->base) >> ar->shift;
     if (!straddles(ar, pa, pa, pb) && !straddles(ar, pb, pa, pb))
         return;
-    if (from && !xstream_done(xs, from, epoch, 0))
+    if (from && !xstream_done(xs, from, epoch, xs->conf.release_wait))
         return;
     const xblock *p = idle_free(xs, b->aprev), *n = idle_free(xs, b->anext);
     int err = 0;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "driver_host.h"
 #include "internal.h"
 
 
@@ -96,6 +97,8 @@ static xseg_status open_driver(xseg_t *xs, int device)
                          "xseg: opening device %d on the %s backend failed (%s): %s", device,
                          xs->drv->name, xs->drv->error_name(rc), err);
     }
+    if (xs->conf.host_event_lag && xs->drv == &xseg_driver_host)
+        xseg_host_set_event_lag(xs->dctx, xs->conf.host_event_lag);
     size_t fr = 0, total = 0;
     rc = xseg_drv_count(xs, XSEG_OP_MEM_INFO, xs->drv->mem_info(xs->dctx, &fr, &total));
     if (rc != XDRV_SUCCESS || total == 0)

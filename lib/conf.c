@@ -380,6 +380,9 @@ static const conf_key conf_keys[] = {
     {"history", parse_count, OFF(history), 0, 1000000,
      "an integer from 0 to 1000000"},
     {"thread_cache", parse_bool, OFF(thread_cache), 0, 0, BOOL_EXPECT},
+    {"release_wait", parse_bool, OFF(release_wait), 0, 0, BOOL_EXPECT},
+    {"host_event_lag", parse_count, OFF(host_event_lag), 0, 1000000,
+     "an integer from 0 to 1000000"},
 };
 
 #define CONF_NKEYS (sizeof conf_keys / sizeof conf_keys[0])
@@ -501,6 +504,7 @@ void xseg_conf_defaults(xseg_conf *c)
     c->max_split_size = XSEG_SIZE_UNLIMITED;
     c->caching = 1;
     c->thread_cache = 1;
+    c->release_wait = 1;
     c->host_capacity = XSEG_DEFAULT_HOST_CAPACITY;
     c->small_size = 64 * KIB;
 }

@@ -42,6 +42,9 @@ typedef struct xseg_conf {
     int stats_shm;               /* stats_shm: publish live stats in /dev/shm */
     unsigned history;            /* history: ring buffer of last N events, 0 = off */
     int thread_cache;            /* thread_cache: per-thread caches (on) */
+    int release_wait;            /* release_wait: wait for the GPU rather than map over
+                                    the release threshold (on) */
+    unsigned host_event_lag;     /* host_event_lag: host events complete after N queries */
 } xseg_conf;
 
 /* Fill the defaults. */

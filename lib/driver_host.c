@@ -208,6 +208,7 @@ typedef struct hevent {
     void *stream;
     uint64_t seq;
     int pending;
+    unsigned lag_left; /* queries before it completes (host_event_lag) */
 } hevent;
 
 enum { C_RES, C_RES_BYTES, C_HANDLES, C_HANDLE_BYTES, C_MAPS, C_MAP_BYTES,
@@ -231,6 +232,7 @@ typedef struct host_ctx {
     hevent *events;
     size_t cnt[C_N];
     uint64_t syncs;
+    unsigned lag; /* host_event_lag */
 } host_ctx;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -644,6 +646,10 @@ static int ev_done(host_ctx *c, hevent *e)
     hstream *st = stream_get(c, e->stream, 0);
     if (st && st->done < e->seq)
         return 0;
+    if (e->lag_left) {
+        e->lag_left--;
+        return 0;
+    }
     e->pending = 0;
     return 1;
 }
@@ -674,6 +680,8 @@ static int event_record_locked(host_ctx *c, hevent *e, void *stream)
     e->stream = stream;
     e->pending = st && st->held;
     e->seq = e->pending ? ++st->seq : 0;
+    e->lag_left = c->lag;
+    e->pending |= c->lag > 0;
     return XDRV_SUCCESS;
 }
 
@@ -689,8 +697,11 @@ static int event_sync_locked(host_ctx *c, hevent *e)
     if (!ev_valid(c, e))
         return XDRV_INVALID_HANDLE;
     if (!ev_done(c, e)) { /* the GPU finishes the stream up to e */
-        stream_get(c, e->stream, 0)->done = e->seq;
+        hstream *st = stream_get(c, e->stream, 0);
+        if (st)
+            st->done = e->seq;
         e->pending = 0;
+        e->lag_left = 0;
     }
     c->syncs++;
     return XDRV_SUCCESS;
@@ -722,6 +733,9 @@ static int stream_sync_locked(host_ctx *c, void *stream)
     hstream *st = stream_get(c, stream, 0);
     if (st)
         st->done = st->seq;
+    for (hevent *e = c->lag ? c->events : NULL; e; e = e->next)
+        if (e->stream == stream)
+            e->lag_left = 0; /* the stream's work is done */
     c->syncs++;
     return XDRV_SUCCESS;
 }
@@ -957,6 +971,16 @@ void xseg_host_hold_stream(void *ctx, void *stream, int hold)
         st->held = 0;
         st->done = st->seq;
     }
+    pthread_mutex_unlock(&c->lock);
+}
+
+void xseg_host_set_event_lag(void *ctx, unsigned lag)
+{
+    host_ctx *c = ctx;
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->lock);
+    c->lag = lag;
     pthread_mutex_unlock(&c->lock);
 }
 

@@ -26,6 +26,12 @@ void xseg_host_counts_global(xseg_host_counts *out);
  * held stream complete its events, as waiting for the GPU would. */
 void xseg_host_hold_stream(void *ctx, void *stream, int hold);
 
+/* A GPU running behind the CPU: from now on, an event recorded on any
+ * stream completes only after it has been queried `lag` times (conf
+ * host_event_lag); event_sync completes it at once.  0: events complete
+ * when recorded (unless their stream is held). */
+void xseg_host_set_event_lag(void *ctx, unsigned lag);
+
 /* 1 if the page at va is mapped and accessible, 0 otherwise. */
 int xseg_host_is_accessible(void *ctx, uintptr_t va);
 

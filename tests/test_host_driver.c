@@ -657,6 +657,38 @@ START_TEST(t_events)
 }
 END_TEST
 
+START_TEST(t_event_lag)
+{
+    void *ctx = ctx_new(8 * MIB);
+    void *s = (void *)0x1000, *t = (void *)0x2000;
+    void *e1, *e2;
+    ck_assert_int_eq(D->event_create(ctx, &e1), XDRV_SUCCESS);
+    ck_assert_int_eq(D->event_create(ctx, &e2), XDRV_SUCCESS);
+    xseg_host_set_event_lag(ctx, 3);
+    /* complete after 3 queries */
+    ck_assert_int_eq(D->event_record(ctx, e1, s), XDRV_SUCCESS);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(D->event_query(ctx, e1), XDRV_NOT_READY);
+    ck_assert_int_eq(D->event_query(ctx, e1), XDRV_SUCCESS);
+    ck_assert_int_eq(D->event_query(ctx, e1), XDRV_SUCCESS);
+    /* event_sync completes at once */
+    ck_assert_int_eq(D->event_record(ctx, e1, s), XDRV_SUCCESS);
+    ck_assert_int_eq(D->event_sync(ctx, e1), XDRV_SUCCESS);
+    ck_assert_int_eq(D->event_query(ctx, e1), XDRV_SUCCESS);
+    /* stream_sync completes that stream's events only */
+    ck_assert_int_eq(D->event_record(ctx, e1, s), XDRV_SUCCESS);
+    ck_assert_int_eq(D->event_record(ctx, e2, t), XDRV_SUCCESS);
+    ck_assert_int_eq(D->stream_sync(ctx, s), XDRV_SUCCESS);
+    ck_assert_int_eq(D->event_query(ctx, e1), XDRV_SUCCESS);
+    ck_assert_int_eq(D->event_query(ctx, e2), XDRV_NOT_READY);
+    /* lag 0: complete when recorded again */
+    xseg_host_set_event_lag(ctx, 0);
+    ck_assert_int_eq(D->event_record(ctx, e2, t), XDRV_SUCCESS);
+    ck_assert_int_eq(D->event_query(ctx, e2), XDRV_SUCCESS);
+    D->fini(ctx);
+}
+END_TEST
+
 START_TEST(t_event_other_ctx)
 {
     void *a = ctx_new(8 * MIB), *b = ctx_new(8 * MIB), *e;
@@ -764,6 +796,7 @@ static Suite *host_driver_suite(void)
     tcase_add_test(tc, t_many_contexts);
     tcase_add_test(tc, t_map_churn);
     tcase_add_test(tc, t_events);
+    tcase_add_test(tc, t_event_lag);
     tcase_add_test(tc, t_event_other_ctx);
     tcase_add_test(tc, t_fini_releases_all);
     tcase_add_test(tc, t_threads);

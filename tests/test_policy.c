@@ -112,7 +112,8 @@ END_TEST
 
 START_TEST(oom_retry_reclaims_other_streams_cache)
 {
-    xseg_t *xs = t_host("host_capacity:64MB");
+    /* release_wait:off, so that the wait comes from the retry ladder */
+    xseg_t *xs = t_host("host_capacity:64MB,release_wait:off");
     void *h = t_host_ctx(xs);
     void *a, *b;
     ck_assert_int_eq(xseg_alloc(xs, 48 * MiB, S1, &a), XSEG_OK);
@@ -127,7 +128,7 @@ START_TEST(oom_retry_reclaims_other_streams_cache)
     xseg_host_hold_stream(h, S1, 0);
     xseg_destroy(xs);
     /* With one attempt only, the same request fails. */
-    xs = t_host("host_capacity:64MB,alloc_retries:1");
+    xs = t_host("host_capacity:64MB,alloc_retries:1,release_wait:off");
     h = t_host_ctx(xs);
     ck_assert_int_eq(xseg_alloc(xs, 48 * MiB, S1, &a), XSEG_OK);
     ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
@@ -205,6 +206,46 @@ START_TEST(release_thresholds)
     ck_assert_uint_eq(mapped_after_cross_stream("release_threshold:unlimited"), 72 * MiB);
     ck_assert_uint_eq(mapped_after_cross_stream("release_threshold:8MB"), 48 * MiB);
     ck_assert_uint_eq(mapped_after_cross_stream("release_threshold:0"), 40 * MiB);
+}
+END_TEST
+
+/* The GPU still uses S1's cached 32 MiB when S2 needs 40 MiB: with
+ * release_wait (the default) xseg waits for S1 and unmaps its block, so
+ * mapped memory stays at the peak of live bytes; without, it maps over. */
+static size_t mapped_while_busy(const char *conf, uint64_t *waits)
+{
+    xseg_t *xs = t_host(conf);
+    void *h = t_host_ctx(xs);
+    void *a, *b;
+    ck_assert_int_eq(xseg_alloc(xs, 32 * MiB, S1, &a), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
+    xseg_host_hold_stream(h, S1, 1);
+    uint64_t syncs = xseg_host_sync_count(h);
+    ck_assert_int_eq(xseg_alloc(xs, 40 * MiB, S2, &b), XSEG_OK);
+    *waits = xseg_host_sync_count(h) - syncs;
+    size_t m = t_stats(xs).mapped_bytes.peak;
+    ck_assert(!t_faults(b) && !t_faults((char *)b + 40 * MiB - 1));
+    xseg_host_hold_stream(h, S1, 0);
+    xseg_destroy(xs);
+    return m;
+}
+
+START_TEST(release_waits_for_the_gpu)
+{
+    uint64_t waits;
+    ck_assert_uint_eq(mapped_while_busy(NULL, &waits), 40 * MiB);
+    ck_assert_uint_eq(waits, 1);
+    ck_assert_uint_eq(mapped_while_busy("release_wait:off", &waits), 72 * MiB);
+    ck_assert_uint_eq(waits, 0);
+    /* the same with a lagging GPU (host_event_lag) instead of a held stream */
+    xseg_t *xs = t_host("host_event_lag:1000");
+    void *a, *b;
+    ck_assert_int_eq(xseg_alloc(xs, 32 * MiB, S1, &a), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 40 * MiB, S2, &b), XSEG_OK);
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.peak, 40 * MiB);
+    ck_assert_uint_ge(t_stats(xs).syncs, 1);
+    xseg_destroy(xs);
 }
 END_TEST
 
@@ -292,6 +333,7 @@ static Suite *suite(void)
     tcase_add_test(tc, caps_hold);
     tcase_add_test(tc, gc_threshold_releases_oldest);
     tcase_add_test(tc, release_thresholds);
+    tcase_add_test(tc, release_waits_for_the_gpu);
     tcase_add_test(tc, other_streams_idle_cache_is_adopted);
     tcase_add_test(tc, trim_keeps_requested_cache);
     suite_add_tcase(s, tc);
