@@ -125,7 +125,12 @@ assert seen[0][2]["pools"] == 1 and seen[0][2]["in_use"] == 1, seen
 del g, static_out
 gc.collect()
 seen.append(state("graph deleted"))
-assert seen[-1][2]["in_use"] == 0 and seen[-1][2]["live_blocks"] == 0, seen
+# cuBLAS took its workspace for the capture stream from the graph's pool, and
+# PyTorch keeps it (as with its own allocator): it holds the pool until cleared
+assert seen[-1][2]["in_use"] == 0, seen
+torch._C._cuda_clearCublasWorkspaces()
+seen.append(state("cuBLAS workspaces cleared"))
+assert seen[-1][2]["live_blocks"] == 0, seen
 torch.cuda.empty_cache()
 seen.append(state("empty_cache"))
 assert seen[-1][2]["pools"] == 0, seen
