@@ -183,6 +183,8 @@ static size_t reclaim_block(xseg_t *xs, xblock *b, size_t want, int *refused)
 size_t xseg_reclaim(xseg_t *xs, size_t want, int block)
 {
     size_t got = 0;
+    if (xs->moved)
+        xblk_moved_process(xs, block);
     xblock *skipped = NULL, *skipped_tail = NULL;
     if (xs->arena.norphans)
         xarena_release_orphans(xs);
@@ -436,6 +438,18 @@ static size_t round_page(const xseg_t *xs, size_t v)
     return v > SIZE_MAX - p ? SIZE_MAX : (v + p - 1) / p * p;
 }
 
+/* What the release threshold lets be mapped now (SIZE_MAX: no limit). */
+static size_t release_limit(const xseg_t *xs)
+{
+    size_t rt = xs->conf.release_threshold;
+    if (rt == XSEG_SIZE_UNLIMITED)
+        return SIZE_MAX;
+    if (rt == XSEG_SIZE_AUTO)
+        return round_page(xs, xs->peak_alloc_ever > xs->arena_used ? xs->peak_alloc_ever
+                                                                   : xs->arena_used);
+    return xs->arena_used > SIZE_MAX - rt ? SIZE_MAX : round_page(xs, xs->arena_used) + rt;
+}
+
 /* Before mapping `need` more bytes: enforce the cap, then the GC and
  * release thresholds by reclaiming cached memory. */
 static xseg_status make_room(xseg_t *xs, size_t need, size_t request)
@@ -460,16 +474,9 @@ static xseg_status make_room(xseg_t *xs, size_t need, size_t request)
             after = xs->mapped.cur + need;
         }
     }
-    size_t rt = xs->conf.release_threshold;
-    if (rt == XSEG_SIZE_UNLIMITED)
+    size_t limit = release_limit(xs);
+    if (limit == SIZE_MAX)
         return XSEG_OK;
-    size_t limit;
-    if (rt == XSEG_SIZE_AUTO) {
-        limit = round_page(xs, xs->peak_alloc_ever > xs->arena_used ? xs->peak_alloc_ever
-                                                                    : xs->arena_used);
-    } else {
-        limit = xs->arena_used > SIZE_MAX - rt ? SIZE_MAX : round_page(xs, xs->arena_used) + rt;
-    }
     if (after > limit)
         after -= xseg_reclaim(xs, after - limit, 0);
     if (after > limit && xs->conf.release_wait) {
@@ -517,6 +524,93 @@ static void split_large(xseg_t *xs, xblock *b, xstream *from, uint64_t epoch)
     xarena_split_edges(xs, a, e, p ? p->addr : a, n ? n->addr + n->size : e, &err);
 }
 
+/* ---- moving cached memory to where it is needed ----
+ * A growth over the cap or the release threshold first takes the physical
+ * handles of cached blocks of the same stream (or neutral ones) and maps
+ * them under the new block: no new memory, no create/release.  Stream order
+ * makes this safe at once even while the GPU still runs work that used the
+ * old place: the new block's work on that stream runs after it.  The old
+ * mapping stays until the GPU is done with it (an XB_MOVED block, out of
+ * every index), then it is unmapped and the range becomes free space. */
+
+/* The old range [lo, hi) of handles moved out of free block d. */
+static void retire_old(xseg_t *xs, xblock *d, uintptr_t lo, uintptr_t hi)
+{
+    xstream *o = d->owner;
+    uint64_t epoch = d->epoch;
+    if ((!o || xstream_done(xs, o, epoch, 0)) && xarena_unmap_old(xs, lo, hi) == XDRV_SUCCESS)
+        return;
+    xblock *z = carve_at(xs, d, lo, hi - lo, o);
+    if (z->addr != lo) { /* no block record for the split: wait instead */
+        xstream_done(xs, o, epoch, 1);
+        xarena_unmap_old(xs, lo, hi);
+        z->owner = NULL;
+        z->epoch = 0;
+        coalesce(xs, z, 1);
+        return;
+    }
+    z->flags = XB_MOVED;
+    z->epoch = epoch;
+    z->requested = hi - lo; /* the old mapping (z may be a little larger) */
+    xs->moved_bytes += hi - lo;
+    z->lnext = xs->moved;
+    xs->moved = z;
+}
+
+/* Move up to `want` bytes of cached handles under the unmapped pages of b. */
+static size_t move_pages(xseg_t *xs, xblock *b, size_t want)
+{
+    size_t moved = 0, before;
+    do {
+        before = moved;
+        for (xblock *d = xs->lru_head, *next; d && moved < want; d = next) {
+            next = d->lnext;
+            if (d->owner && d->owner != b->owner)
+                continue;
+            uintptr_t lo, hi;
+            size_t m = xarena_move(xs, d->addr, d->addr + d->size, b->addr, b->addr + b->size,
+                                   want - moved, &lo, &hi);
+            if (m) {
+                moved += m;
+                retire_old(xs, d, lo, hi);
+            }
+        }
+    } while (moved > before && moved < want);
+    return moved;
+}
+
+/* Unmap the old places of moved handles once the GPU is done with them
+ * (waiting for it when `block`). */
+void xblk_moved_process(xseg_t *xs, int block)
+{
+    for (xblock **pp = &xs->moved; *pp;) {
+        xblock *z = *pp;
+        if ((!z->owner || xstream_done(xs, z->owner, z->epoch, block)) &&
+            xarena_unmap_old(xs, z->addr, z->addr + z->requested) == XDRV_SUCCESS) {
+            *pp = z->lnext;
+            xs->moved_bytes -= z->requested;
+            z->lnext = NULL;
+            z->flags = 0;
+            z->owner = NULL;
+            z->epoch = 0;
+            z->requested = 0;
+            coalesce(xs, z, 0);
+        } else {
+            pp = &z->lnext;
+        }
+    }
+}
+
+/* At destroy: the old mappings go (the GPU is done with everything then). */
+void xblk_moved_fini(xseg_t *xs, int call_driver)
+{
+    for (xblock *z = xs->moved; z; z = z->lnext)
+        if (call_driver)
+            xarena_unmap_old(xs, z->addr, z->addr + z->requested);
+    xs->moved = NULL;
+    xs->moved_bytes = 0;
+}
+
 static xseg_status ensure_mapped(xseg_t *xs, xblock *b, size_t request)
 {
     if (xarena_all_mapped(xs, b->addr, b->addr + b->size))
@@ -524,6 +618,16 @@ static xseg_status ensure_mapped(xseg_t *xs, xblock *b, size_t request)
     size_t need = xarena_unmapped_bytes(xs, b->addr, b->addr + b->size);
     if (!need)
         return XSEG_OK;
+    if (xs->moved)
+        xblk_moved_process(xs, 0);
+    size_t limit = release_limit(xs);
+    if (xs->cap < limit)
+        limit = xs->cap;
+    if (xs->mapped.cur + need > limit && xs->conf.caching) {
+        need -= move_pages(xs, b, xs->mapped.cur + need - limit);
+        if (!need)
+            return XSEG_OK;
+    }
     xseg_status st = make_room(xs, need, request);
     if (st != XSEG_OK)
         return st;

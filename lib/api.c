@@ -219,6 +219,7 @@ static uint64_t teardown(xseg_t *xs, int call_driver, const char **last)
     xstreams_fini(xs, call_driver && xs->dctx);
     if (xs->class_of)
         xsmall_fini(xs);
+    xblk_moved_fini(xs, call_driver && xs->dctx);
     for (xblock *b = xs->first_block; b;) {
         xblock *n = b->anext;
         free(b);
@@ -617,6 +618,7 @@ xseg_status xseg_trim(xseg_t *xs, size_t keep, size_t *released)
     xs->trims++;
     xtc_flush_all(xs);
     xpending_process(xs, 1);
+    xblk_moved_process(xs, 1);
     xsmall_drop_empty(xs);
     xarena_release_orphans(xs); /* handles whose release failed before */
     size_t cached = xs->mapped.cur > xs->allocated.cur ? xs->mapped.cur - xs->allocated.cur : 0;

@@ -309,6 +309,82 @@ void xarena_split_edges(xseg_t *xs, uintptr_t a, uintptr_t b, uintptr_t lo, uint
     split_one(xs, (b - 1 - ar->base) >> ar->shift, a, b, lo, hi, err);
 }
 
+/* ---- moving handles (alloc.c: move_pages) ---- */
+
+/* Map handle `slot` at page t as well: map, then set access. */
+static int map_again(xseg_t *xs, uint32_t slot, size_t t)
+{
+    xarena *ar = &xs->arena;
+    xhandle *h = &ar->handles[slot];
+    uintptr_t va = ar->base + (t << ar->shift);
+    size_t bytes = (size_t)h->npages << ar->shift;
+    int rc = xseg_drv_count(xs, XSEG_OP_MAP, xs->drv->map(xs->dctx, va, bytes, h->drv));
+    if (rc != XDRV_SUCCESS)
+        return rc;
+    rc = xseg_drv_count(xs, XSEG_OP_SET_ACCESS, xs->drv->set_access(xs->dctx, va, bytes));
+    if (rc != XDRV_SUCCESS)
+        xseg_drv_count(xs, XSEG_OP_UNMAP, xs->drv->unmap(xs->dctx, va, bytes));
+    return rc;
+}
+
+/* Page t, at or after *cur in [.., p1), starting n unmapped pages; SIZE_MAX
+ * if none. */
+static size_t room_for(const xarena *ar, size_t *cur, size_t p1, size_t n)
+{
+    while (*cur < p1) {
+        size_t t = xbm_next(ar->mapped_bits, *cur, p1, 0);
+        size_t e = t < p1 ? xbm_next(ar->mapped_bits, t, p1, 1) : p1;
+        if (e - t >= n)
+            return t;
+        *cur = e;
+    }
+    return SIZE_MAX;
+}
+
+size_t xarena_move(xseg_t *xs, uintptr_t sa, uintptr_t sb, uintptr_t da, uintptr_t db, size_t max,
+                   uintptr_t *lo, uintptr_t *hi)
+{
+    xarena *ar = &xs->arena;
+    size_t q0 = ((sa - ar->base) + ar->page - 1) >> ar->shift, q1 = (sb - ar->base) >> ar->shift;
+    size_t cur = (da - ar->base) >> ar->shift, p1 = ((db - 1 - ar->base) >> ar->shift) + 1;
+    size_t q = q0 < q1 ? xbm_next(ar->mapped_bits, q0, q1, 1) : q1, moved = 0;
+    while (q < q1) { /* skip handles that reach outside [q0, q1) */
+        const xhandle *h = handle_at(ar, q);
+        if (h->first_page >= q0 && (size_t)h->first_page + h->npages <= q1)
+            break;
+        size_t end = (size_t)h->first_page + h->npages;
+        q = end < q1 ? xbm_next(ar->mapped_bits, end, q1, 1) : q1;
+    }
+    size_t start = q;
+    while (q < q1 && ar->page_handle[q]) {
+        uint32_t slot = ar->page_handle[q];
+        xhandle *h = &ar->handles[slot];
+        size_t n = h->npages;
+        if (h->first_page != q || q + n > q1 || (n << ar->shift) > max - moved)
+            break;
+        size_t t = room_for(ar, &cur, p1, n);
+        if (t == SIZE_MAX || map_again(xs, slot, t) != XDRV_SUCCESS)
+            break;
+        h->first_page = (uint32_t)t;
+        for (size_t i = 0; i < n; i++) {
+            ar->page_handle[t + i] = slot;
+            ar->page_handle[q + i] = 0;
+        }
+        xbm_set(ar->mapped_bits, t, t + n, 1);
+        xbm_set(ar->mapped_bits, q, q + n, 0);
+        moved += n << ar->shift;
+        q += n;
+    }
+    *lo = ar->base + (start << ar->shift);
+    *hi = ar->base + (q << ar->shift);
+    return moved;
+}
+
+int xarena_unmap_old(xseg_t *xs, uintptr_t lo, uintptr_t hi)
+{
+    return xseg_drv_count(xs, XSEG_OP_UNMAP, xs->drv->unmap(xs->dctx, lo, hi - lo));
+}
+
 void xarena_fini(xseg_t *xs, int call_driver)
 {
     xarena *ar = &xs->arena;

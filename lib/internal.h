@@ -33,7 +33,9 @@ enum {
     XB_LRU = 1u << 1,     /* in the LRU of cached blocks */
     XB_SLAB = 1u << 2,    /* holds a slab of small size classes */
     XB_PENDING = 1u << 3, /* freed, waiting on record_stream events */
-    XB_USES = 1u << 4     /* has record_stream uses (in xs->uses) */
+    XB_USES = 1u << 4,    /* has record_stream uses (in xs->uses) */
+    XB_MOVED = 1u << 5    /* its handles moved away; the old mapping waits for the
+                             GPU before it is unmapped (xs->moved list) */
 };
 
 /* A range of the virtual arena: free, allocated, or a slab. */
@@ -157,6 +159,8 @@ struct xseg {
     xstream *all_streams;
     xpending *pend_head, *pend_tail;
     size_t pend_count;
+    xblock *moved;        /* XB_MOVED blocks, linked by lnext */
+    size_t moved_bytes;   /* their old mappings (the driver maps these twice) */
     xblock *spare_blocks; /* recycled block records */
     xblock *first_block;  /* block at the arena's base (never merged away) */
     uint32_t nclasses;
@@ -297,6 +301,17 @@ size_t xarena_unmapped_bytes(const xseg_t *xs, uintptr_t a, uintptr_t b);
 size_t xarena_release_inside(xseg_t *xs, uintptr_t a, uintptr_t b, size_t limit, int *err);
 /* Release again the handles whose release failed (kept, never leaked). */
 void xarena_release_orphans(xseg_t *xs);
+void xblk_moved_process(xseg_t *xs, int block);
+void xblk_moved_fini(xseg_t *xs, int call_driver);
+/* Move whole handles from the mapped run at the start of [sa, sb) to the
+ * unmapped pages of [da, db) (map at the new place and set access; the old
+ * mapping stays until xarena_unmap_old), at most `max` bytes, in order,
+ * stopping at the first that does not fit.  [*lo, *hi) receives the old
+ * range moved.  Returns bytes moved (mapped bytes are unchanged). */
+size_t xarena_move(xseg_t *xs, uintptr_t sa, uintptr_t sb, uintptr_t da, uintptr_t db, size_t max,
+                   uintptr_t *lo, uintptr_t *hi);
+/* Unmap the old mapping of moved handles ([lo, hi), page aligned). */
+int xarena_unmap_old(xseg_t *xs, uintptr_t lo, uintptr_t hi);
 
 /* ---- streams.c ---- */
 xstream *xstream_get(xseg_t *xs, void *handle);

@@ -65,6 +65,8 @@ static const char *state_of(const xseg_t *xs, const xblock *b)
         return "slab";
     if (b->flags & XB_FREE)
         return "free";
+    if (b->flags & XB_MOVED)
+        return "unmapping";
     return xseg_ptrmap_get(&xs->live, b->addr, &v) ? "allocated" : "pending";
 }
 

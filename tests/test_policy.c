@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "driver_host.h"
+#include "internal.h"
 #include "support_common.h"
 
 #define S1 ((void *)(uintptr_t)0x1001)
@@ -249,6 +250,46 @@ START_TEST(release_waits_for_the_gpu)
 }
 END_TEST
 
+/* Over the release threshold, a growth takes the pages of the stream's
+ * cached blocks (moving their handles) instead of new memory, without
+ * waiting for the GPU; the old range is unmapped once the GPU is done. */
+START_TEST(growth_moves_cached_pages)
+{
+    xseg_t *xs = t_host(NULL);
+    void *h = t_host_ctx(xs);
+    void *a, *x, *b, *c;
+    ck_assert_int_eq(xseg_alloc(xs, 32 * MiB, S1, &a), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, MiB, S1, &x), XSEG_OK); /* keeps a's place apart */
+    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
+    xseg_host_hold_stream(h, S1, 1); /* the GPU still runs a's work */
+    uint64_t syncs = xseg_host_sync_count(h), creates = t_stats(xs).driver_calls[XSEG_OP_CREATE];
+    ck_assert_int_eq(xseg_alloc(xs, 40 * MiB, S1, &b), XSEG_OK);
+    ck_assert_msg((char *)b >= (char *)a + 32 * MiB, "b reused a's range");
+    xseg_stats st = t_stats(xs);
+    ck_assert_uint_eq(xseg_host_sync_count(h), syncs); /* no wait */
+    ck_assert_uint_eq(st.mapped_bytes.peak, 34 * MiB + 8 * MiB); /* 16 pages moved */
+    ck_assert_uint_eq(st.driver_calls[XSEG_OP_CREATE] - creates, 4); /* 8 MiB new */
+    t_fill(b, 40 * MiB, 3);
+    ck_assert(t_check(b, 40 * MiB, 3));
+    ck_assert(!t_faults(a)); /* old mapping kept while the GPU may use it */
+    ck_assert_uint_eq(xs->moved_bytes, 32 * MiB);
+    ck_assert_int_eq(xseg_alloc(xs, 30 * MiB, S1, &c), XSEG_OK);
+    ck_assert_msg((char *)c + 30 * MiB <= (char *)a || (char *)c >= (char *)a + 32 * MiB,
+                  "a range still mapped to b's memory was handed out");
+    ck_assert_int_eq(xseg_free(xs, c), XSEG_OK);
+    xseg_host_hold_stream(h, S1, 0);
+    ck_assert_int_eq(xseg_trim(xs, SIZE_MAX, NULL), XSEG_OK); /* GPU done: old range goes */
+    ck_assert_uint_eq(xs->moved_bytes, 0);
+    ck_assert(t_faults(a));
+    ck_assert(t_check(b, 40 * MiB, 3));
+    ck_assert_int_eq(xseg_free(xs, b), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, x), XSEG_OK);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
+    xseg_destroy(xs);
+}
+END_TEST
+
 START_TEST(other_streams_idle_cache_is_adopted)
 {
     xseg_t *xs = t_host("release_threshold:unlimited");
@@ -334,6 +375,7 @@ static Suite *suite(void)
     tcase_add_test(tc, gc_threshold_releases_oldest);
     tcase_add_test(tc, release_thresholds);
     tcase_add_test(tc, release_waits_for_the_gpu);
+    tcase_add_test(tc, growth_moves_cached_pages);
     tcase_add_test(tc, other_streams_idle_cache_is_adopted);
     tcase_add_test(tc, trim_keeps_requested_cache);
     suite_add_tcase(s, tc);
