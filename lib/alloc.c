@@ -395,6 +395,15 @@ static xblock *find_in(xseg_t *xs, xfreeidx *f, size_t size, size_t max)
     return b;
 }
 
+/* Does placing `size` bytes in cached block b map fewer new pages than in
+ * the tighter neutral block n?  Then b wins: memory already mapped is
+ * reused in place rather than moved or mapped anew. */
+static int fewer_new_pages(const xseg_t *xs, const xblock *b, const xblock *n, size_t size)
+{
+    uintptr_t pb = place(xs, b, size), pn = place(xs, n, size);
+    return xarena_unmapped_bytes(xs, pb, pb + size) < xarena_unmapped_bytes(xs, pn, pn + size);
+}
+
 /* Best fit across the stream's own cached blocks and neutral space: the
  * tighter fit wins (filling holes between live blocks keeps their pages
  * full), a cached block wins a tie (it is mapped already). */
@@ -406,7 +415,7 @@ static xblock *find_block(xseg_t *xs, xstream *s, size_t size, xstream **from, u
     xblock *n = NULL;
     if (!b || b->size != size)
         n = find_in(xs, &xs->neutral, size, b ? b->size - 1 : SIZE_MAX);
-    if (b && (!n || n->size >= b->size)) {
+    if (b && (!n || n->size >= b->size || fewer_new_pages(xs, b, n, size))) {
         *from = s;
         *epoch = b->epoch;
         return carve(xs, b, size, s);
@@ -444,9 +453,10 @@ static size_t release_limit(const xseg_t *xs)
     size_t rt = xs->conf.release_threshold;
     if (rt == XSEG_SIZE_UNLIMITED)
         return SIZE_MAX;
-    if (rt == XSEG_SIZE_AUTO)
-        return round_page(xs, xs->peak_alloc_ever > xs->arena_used ? xs->peak_alloc_ever
-                                                                   : xs->arena_used);
+    if (rt == XSEG_SIZE_AUTO) {
+        size_t pk = xs->peak_alloc_ever > xs->arena_used ? xs->peak_alloc_ever : xs->arena_used;
+        return round_page(xs, pk);
+    }
     return xs->arena_used > SIZE_MAX - rt ? SIZE_MAX : round_page(xs, xs->arena_used) + rt;
 }
 
