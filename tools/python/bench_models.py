@@ -7,7 +7,9 @@ Workloads (random weights from configs, nothing downloaded):
   gpt2   a GPT-2-medium-shaped model training with AdamW under bf16
          autocast, batch and sequence length varying every step;
   graph  a transformer layer captured with torch.cuda.graph and replayed
-         (CUDA graphs work, the graph's memory stays its own).
+         (CUDA graphs work, the graph's memory stays its own);
+  probe  (only when named) pieces of the llama model timed alone: GPU reads of
+         the weights, a prefill, a generate(), torch.empty + del.
 Modes: native (PyTorch's caching allocator), expandable
 (expandable_segments:True) and xseg (xseg.install()).
 
@@ -15,8 +17,11 @@ Each workload x mode runs in a fresh subprocess with the same seed and a
 timeout.  Reported: peak device memory taken (cudaMemGetInfo drop from
 before the model to the peak; with the allocator's reserved peak so that
 memory mapped and unmapped between two polls is counted), peak reserved,
-peak allocated, throughput, and a hash of the outputs (generated tokens,
-losses, graph outputs) that must be equal across modes.  Errors are caught
+peak allocated, throughput (for each call or step its fastest run over the
+passes after the first, against the machine's noise; --rounds N repeats every
+mode N times in rotating order, the table shows medians), and a hash of the
+outputs (generated tokens, losses, graph outputs) that must be equal across
+modes.  --trace-dir records xseg's allocations as an xseg-trace v1 file.  Errors are caught
 and reported; the JSON is rewritten after every run.
 
     PYTHONPATH=tools/python XSEG_LIBRARY=build/lib/libxseg.so.0 \\
