@@ -91,7 +91,7 @@ static void render_block(xtb *b, const xseg_t *xs, const xblock *k, const char *
     const char *state = state_of(xs, k);
     const xstream *s = k->slab ? k->slab->owner : k->owner;
     xtb_put(b, "%s{\"addr\":%llu,\"size\":%llu,\"requested\":%llu,\"state\":\"%s\",\"stream\":",
-         sep, (ull)k->addr, (ull)k->size, (ull)((k->flags & (XB_FREE | XB_SLAB)) ? 0 : k->requested),
+         sep, (ull)k->addr, (ull)k->size, (ull)((k->flags & (XB_FREE | XB_SLAB | XB_MOVED)) ? 0 : k->requested),
          state);
     if (s)
         xtb_put(b, "%llu", (ull)(uintptr_t)s->handle);
