@@ -113,6 +113,10 @@ typedef struct xseg_stats {
     uint64_t mapped_cap;       /* cap on mapped bytes in force (0: none) */
     uint64_t device_total;     /* device memory size per the driver */
     uint64_t page_size;        /* mapping granularity in force */
+    /* Growth over the release threshold or the cap moves the handles of
+     * cached blocks under the new block (docs/design.md): */
+    uint64_t moved_bytes;      /* handle bytes moved so, total */
+    uint64_t unmapping_bytes;  /* old mappings of moved handles waiting for the GPU */
 } xseg_stats;
 
 /* Static information. */

@@ -582,6 +582,7 @@ static size_t move_pages(xseg_t *xs, xblock *b, size_t want)
                                    want - moved, &lo, &hi);
             if (m) {
                 moved += m;
+                xs->moved_total += m;
                 retire_old(xs, d, lo, hi);
             }
         }

@@ -68,6 +68,10 @@ static const pfamily families[] = {
     {"xseg_deferred_frees_total", "counter", F(deferred_frees),
      "Frees held back by record_stream events."},
     {"xseg_driver_errors_total", "counter", F(driver_errors), "Driver calls that failed."},
+    {"xseg_moved_bytes_total", "counter", F(moved_bytes),
+     "Bytes of cached handles moved under new blocks instead of new memory."},
+    {"xseg_unmapping_bytes", "gauge", F(unmapping_bytes),
+     "Old mappings of moved handles waiting for the GPU before they are unmapped."},
 };
 
 static uint64_t field(const xseg_stats *s, size_t off)

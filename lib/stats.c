@@ -56,6 +56,8 @@ void xseg_fill_stats(xseg_t *xs, xseg_stats *st)
     s.mapped_cap = xs->cap == SIZE_MAX ? 0 : xs->cap;
     s.device_total = xs->dev_total;
     s.page_size = xs->arena.page;
+    s.moved_bytes = xs->moved_total;
+    s.unmapping_bytes = xs->moved_bytes;
     size_t n = st->size < sizeof s ? st->size : sizeof s;
     memcpy(st, &s, n);
     st->size = (uint32_t)n;
@@ -102,7 +104,9 @@ size_t xseg_render_json(const xseg_stats *s, const char *backend, char *buf, siz
     jnum(&j, "largest_free_block", s->largest_free_block, 0);
     jnum(&j, "mapped_cap", s->mapped_cap, 0);
     jnum(&j, "device_total", s->device_total, 0);
-    jnum(&j, "page_size", s->page_size, 1);
+    jnum(&j, "page_size", s->page_size, 0);
+    jnum(&j, "moved_bytes", s->moved_bytes, 0);
+    jnum(&j, "unmapping_bytes", s->unmapping_bytes, 1);
     xtb_put(&j, "}");
     return j.len;
 }

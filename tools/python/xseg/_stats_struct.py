@@ -27,7 +27,7 @@ COUNTERS = ("allocated_bytes", "requested_bytes", "active_blocks", "reserved_va_
 
 SCALARS = ("driver_errors", "alloc_calls", "free_calls", "alloc_retries", "ooms", "syncs",
            "gc_runs", "trims", "released_bytes", "deferred_frees", "largest_free_block",
-           "mapped_cap", "device_total", "page_size")
+           "mapped_cap", "device_total", "page_size", "moved_bytes", "unmapping_bytes")
 
 
 class XsegStats(ctypes.Structure):
