@@ -543,6 +543,16 @@ static void split_large(xseg_t *xs, xblock *b, xstream *from, uint64_t epoch)
  * mapping stays until the GPU is done with it (an XB_MOVED block, out of
  * every index), then it is unmapped and the range becomes free space. */
 
+/* A block carved out of free space goes back to it as neutral space. */
+static void back_to_neutral(xseg_t *xs, xblock *z, int to_lru)
+{
+    z->flags = 0;
+    z->owner = NULL;
+    z->epoch = 0;
+    z->requested = 0;
+    coalesce(xs, z, to_lru);
+}
+
 /* The old range [lo, hi) of handles moved out of free block d. */
 static void retire_old(xseg_t *xs, xblock *d, uintptr_t lo, uintptr_t hi)
 {
@@ -552,17 +562,18 @@ static void retire_old(xseg_t *xs, xblock *d, uintptr_t lo, uintptr_t hi)
         return;
     xblock *z = carve_at(xs, d, lo, hi - lo, o);
     if (z->addr != lo) { /* no block record for the split: wait instead */
-        xstream_done(xs, o, epoch, 1);
+        if (o)
+            xstream_done(xs, o, epoch, 1);
+        /* A refused unmap here leaves [lo, hi) mapped under free space: a
+         * later map there fails (reported), nothing is aliased silently. */
         xarena_unmap_old(xs, lo, hi);
-        z->owner = NULL;
-        z->epoch = 0;
-        coalesce(xs, z, 1);
+        back_to_neutral(xs, z, 1);
         return;
     }
     z->flags = XB_MOVED;
     z->epoch = epoch;
     z->requested = hi - lo; /* the old mapping (z may be a little larger) */
-    xs->moved_bytes += hi - lo;
+    xs->unmapping_bytes += hi - lo;
     z->lnext = xs->moved;
     xs->moved = z;
 }
@@ -582,7 +593,7 @@ static size_t move_pages(xseg_t *xs, xblock *b, size_t want)
                                    want - moved, &lo, &hi);
             if (m) {
                 moved += m;
-                xs->moved_total += m;
+                xs->moved_bytes += m;
                 retire_old(xs, d, lo, hi);
             }
         }
@@ -599,13 +610,9 @@ void xblk_moved_process(xseg_t *xs, int block)
         if ((!z->owner || xstream_done(xs, z->owner, z->epoch, block)) &&
             xarena_unmap_old(xs, z->addr, z->addr + z->requested) == XDRV_SUCCESS) {
             *pp = z->lnext;
-            xs->moved_bytes -= z->requested;
+            xs->unmapping_bytes -= z->requested;
             z->lnext = NULL;
-            z->flags = 0;
-            z->owner = NULL;
-            z->epoch = 0;
-            z->requested = 0;
-            coalesce(xs, z, 0);
+            back_to_neutral(xs, z, 0);
         } else {
             pp = &z->lnext;
         }
@@ -615,11 +622,10 @@ void xblk_moved_process(xseg_t *xs, int block)
 /* At destroy: the old mappings go (the GPU is done with everything then). */
 void xblk_moved_fini(xseg_t *xs, int call_driver)
 {
-    for (xblock *z = xs->moved; z; z = z->lnext)
-        if (call_driver)
-            xarena_unmap_old(xs, z->addr, z->addr + z->requested);
+    for (xblock *z = call_driver ? xs->moved : NULL; z; z = z->lnext)
+        xarena_unmap_old(xs, z->addr, z->addr + z->requested);
     xs->moved = NULL;
-    xs->moved_bytes = 0;
+    xs->unmapping_bytes = 0;
 }
 
 static xseg_status ensure_mapped(xseg_t *xs, xblock *b, size_t request)

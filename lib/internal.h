@@ -160,8 +160,8 @@ struct xseg {
     xpending *pend_head, *pend_tail;
     size_t pend_count;
     xblock *moved;        /* XB_MOVED blocks, linked by lnext */
-    size_t moved_bytes;   /* their old mappings (the driver maps these twice) */
-    uint64_t moved_total; /* bytes of handles ever moved (stats moved_bytes) */
+    size_t unmapping_bytes;   /* their old mappings (the driver maps these twice) */
+    uint64_t moved_bytes;     /* bytes of handles ever moved */
     xblock *spare_blocks; /* recycled block records */
     xblock *first_block;  /* block at the arena's base (never merged away) */
     uint32_t nclasses;

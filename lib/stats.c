@@ -56,8 +56,8 @@ void xseg_fill_stats(xseg_t *xs, xseg_stats *st)
     s.mapped_cap = xs->cap == SIZE_MAX ? 0 : xs->cap;
     s.device_total = xs->dev_total;
     s.page_size = xs->arena.page;
-    s.moved_bytes = xs->moved_total;
-    s.unmapping_bytes = xs->moved_bytes;
+    s.moved_bytes = xs->moved_bytes;
+    s.unmapping_bytes = xs->unmapping_bytes;
     size_t n = st->size < sizeof s ? st->size : sizeof s;
     memcpy(st, &s, n);
     st->size = (uint32_t)n;

@@ -400,7 +400,7 @@ static void check_books(run *r, const char *when)
     xseg_host_counts_of(r->xs->dctx, &c);
     /* handles moved to a new place keep their old mapping until the GPU is
      * done with it (alloc.c: move_pages): the driver maps them twice */
-    if (c.mapped_bytes != st.mapped_bytes.current + r->xs->moved_bytes ||
+    if (c.mapped_bytes != st.mapped_bytes.current + st.unmapping_bytes ||
         c.handle_bytes < st.mapped_bytes.current ||
         c.handles != st.handles.current || c.reservations != st.segments.current)
         violation(r, "%s: the allocator counts %llu B mapped in %llu handles, %llu segments; "

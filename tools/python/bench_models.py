@@ -84,6 +84,16 @@ class Meter:
 
 
 HISTORY = 1000000
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def portable(path):
+    """A path as the results record it: relative to the source tree inside
+    it, the bare file name outside (no machine's folders in the JSON)."""
+    if not os.path.isabs(path):
+        return path
+    inside = os.path.commonpath([ROOT, path]) == ROOT
+    return os.path.relpath(path, ROOT) if inside else os.path.basename(path)
 
 
 def setup_mode(mode, xseg_conf, trace=False):
@@ -97,7 +107,7 @@ def setup_mode(mode, xseg_conf, trace=False):
             base = xseg_conf if xseg_conf is not None else os.environ.get("XSEG_CONF", "")
             xseg_conf = (base + "," if base else "") + f"history:{HISTORY}"
         xseg.install(xseg_conf)
-        info.update(xseg_library=xseg.library_path(), xseg_hooks=list(xseg.hooks()),
+        info.update(xseg_library=portable(xseg.library_path()), xseg_hooks=list(xseg.hooks()),
                     xseg_conf=os.environ.get("XSEG_CONF", ""))
         stats = xseg.memory_stats
     else:
@@ -420,7 +430,7 @@ def write_trace(path, history):
                 next_id += 1
             elif e["kind"] == "free" and e["addr"] in ids:
                 f.write(f"f,{ids.pop(e['addr'])}\n")
-    return {"trace": path, "events": len(history["events"]),
+    return {"trace": portable(path), "events": len(history["events"]),
             "dropped": history["dropped"], "peak_mapped_event": peak}
 
 
@@ -531,21 +541,28 @@ def fmt_gib(n):
     return f"{n / GiB:8.3f}"
 
 
+def rows(results, w):
+    """(mode, result, percent against native or None) of workload w."""
+    native = results.get((w, "native"), {})
+    for m in MODES:
+        r = results.get((w, m))
+        if r is None:
+            continue
+        rel = (100 * (r["throughput"] / native["throughput"] - 1)
+               if "throughput" in native and "error" not in r else None)
+        yield m, r, rel
+
+
 def table(results, verdict):
     head = (f"{'workload':8s} {'mode':10s} {'peak dev GiB':>12s} {'polled GiB':>10s} "
             f"{'reserved':>9s} {'allocated':>9s} {'throughput':>12s} {'vs native':>9s}  output")
     lines = [head, "-" * len(head)]
     for w in WORKLOADS:
-        native = results.get((w, "native"), {})
-        for m in MODES:
-            r = results.get((w, m))
-            if r is None:
-                continue
+        for m, r, pct in rows(results, w):
             if "error" in r:
                 lines.append(f"{w:8s} {m:10s} ERROR: {r['error'][:90]}")
                 continue
-            rel = (f"{100 * (r['throughput'] / native['throughput'] - 1):+8.2f}%"
-                   if "throughput" in native else f"{'-':>9s}")
+            rel = f"{pct:+8.2f}%" if pct is not None else f"{'-':>9s}"
             lines.append(f"{w:8s} {m:10s} {fmt_gib(r['peak_device_bytes']):>12s} "
                          f"{fmt_gib(r['peak_drop_polled_bytes']):>10s} "
                          f"{fmt_gib(r['peak_reserved_bytes']):>9s} "
@@ -571,17 +588,12 @@ def markdown(results, verdict):
              "peak allocated (GiB) | throughput | vs native | outputs |",
              "|---|---|---:|---:|---:|---:|---:|---|"]
     for w in WORKLOADS:
-        native = results.get((w, "native"), {})
         same = verdict.get(w, {}).get("outputs_identical")
-        for m in MODES:
-            r = results.get((w, m))
-            if r is None:
-                continue
+        for m, r, pct in rows(results, w):
             if "error" in r:
                 lines.append(f"| {w} | {m} | error: {r['error'][:60]} | | | | | |")
                 continue
-            rel = (f"{100 * (r['throughput'] / native['throughput'] - 1):+.2f}%"
-                   if "throughput" in native else "")
+            rel = f"{pct:+.2f}%" if pct is not None else ""
             lines.append(
                 f"| {w} | {m} | {r['peak_device_bytes'] / GiB:.3f} | "
                 f"{r['peak_reserved_bytes'] / GiB:.3f} | {r['peak_allocated_bytes'] / GiB:.3f} | "
@@ -591,7 +603,8 @@ def markdown(results, verdict):
 
 
 def write(path, args, results, verdict, started):
-    doc = {"command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+    doc = {"command": " ".join([os.path.basename(sys.executable)]
+                               + [portable(a) for a in sys.argv]),
            "seed": args.seed, "passes": args.passes, "rounds": args.rounds,
            "xseg_conf": args.xseg_conf,
            "started": started, "elapsed_s": time.time() - started,
