@@ -384,6 +384,70 @@ static xblock *extend_into(xseg_t *xs, xblock *n, size_t size, xstream *s)
     return f;
 }
 
+/* ---- stretching a cached block into neutral space ----
+ * When no cached block of the stream fits, a large one may still hold most
+ * of what the request needs.  The request is then placed over it and over
+ * the neutral free space beside it: its mapped pages are reused in place,
+ * and only the rest is mapped (or moved).  Otherwise the request lands in
+ * unmapped neutral space, and all of it is mapped or moved there. */
+
+#define XSEG_STRETCH_SCAN 8
+
+static int neutral_free(const xblock *b)
+{
+    return b && (b->flags & XB_FREE) && !b->owner;
+}
+
+/* The better start, by unmapped bytes, of a region of `size` bytes (larger
+ * than c) over cached block c and the neutral free space on either side;
+ * *need gets its unmapped bytes.  0: not enough room. */
+static uintptr_t stretch_at(const xseg_t *xs, const xblock *c, size_t size, size_t *need)
+{
+    const xblock *p = neutral_free(c->aprev) ? c->aprev : NULL;
+    const xblock *n = neutral_free(c->anext) ? c->anext : NULL;
+    size_t before = p ? p->size : 0, after = n ? n->size : 0, extra = size - c->size;
+    if (before + after < extra)
+        return 0;
+    uintptr_t cand[2] = {c->addr - (extra > after ? extra - after : 0),
+                         c->addr - (extra < before ? extra : before)};
+    uintptr_t best = 0;
+    for (int i = 0; i < 2; i++) {
+        size_t u = xarena_unmapped_bytes(xs, cand[i], cand[i] + size);
+        if (!best || u < *need) {
+            best = cand[i];
+            *need = u;
+        }
+    }
+    return best;
+}
+
+/* The stream's large cached block that, stretched, needs the fewest
+ * unmapped bytes, if fewer than `beat`; it is merged with the neutral
+ * space beside it, and *at gets the placement, *epoch its epoch. */
+static xblock *stretch(xseg_t *xs, xstream *s, size_t size, size_t beat, uintptr_t *at,
+                       uint64_t *epoch)
+{
+    xblock *top[XSEG_STRETCH_SCAN], *best = NULL;
+    size_t k = xfi_top(&s->idx, top, XSEG_STRETCH_SCAN);
+    for (size_t i = 0; i < k; i++) {
+        size_t need = 0;
+        uintptr_t a = top[i]->size < size ? stretch_at(xs, top[i], size, &need) : 0;
+        if (a && need < beat) {
+            best = top[i];
+            beat = need;
+            *at = a;
+        }
+    }
+    if (!best)
+        return NULL;
+    *epoch = best->epoch;
+    int in_lru = best->flags & XB_LRU;
+    free_remove(xs, best);
+    lru_remove(xs, best);
+    best->owner = NULL; /* the new block of s covers all of it */
+    return coalesce(xs, best, in_lru);
+}
+
 /* Good fit in one index, allowing for the page alignment of large blocks. */
 static xblock *find_in(xseg_t *xs, xfreeidx *f, size_t size, size_t max)
 {
@@ -426,6 +490,19 @@ static xblock *find_block(xseg_t *xs, xstream *s, size_t size, xstream **from, u
         if (a) {
             *from = NULL;
             return carve_at(xs, a, at, size, s);
+        }
+    }
+    if (!b && xs->conf.caching) {
+        uintptr_t at = 0;
+        size_t beat = SIZE_MAX;
+        if (n) {
+            uintptr_t pn = place(xs, n, size);
+            beat = xarena_unmapped_bytes(xs, pn, pn + size);
+        }
+        xblock *m = beat ? stretch(xs, s, size, beat, &at, epoch) : NULL;
+        if (m) {
+            *from = s;
+            return carve_at(xs, m, at, size, s);
         }
     }
     if (!n)
@@ -520,12 +597,35 @@ static int straddles(const xarena *ar, size_t p, size_t pa, size_t pb)
     return first < pa || first + ar->handles[h].npages > pb + 1;
 }
 
+/* Could a straddling handle at page p lie wholly inside b and its free
+ * neighbours (whatever the GPU's progress)? */
+static int edge_splittable(const xseg_t *xs, const xblock *b, size_t p, size_t pa, size_t pb)
+{
+    const xarena *ar = &xs->arena;
+    if (!straddles(ar, p, pa, pb))
+        return 0;
+    const xhandle *h = &ar->handles[ar->page_handle[p]];
+    uintptr_t hs = ar->base + ((uintptr_t)h->first_page << ar->shift);
+    uintptr_t he = hs + ((uintptr_t)h->npages << ar->shift);
+    const xblock *pv = b->aprev, *nx = b->anext;
+    uintptr_t lo = pv && (pv->flags & XB_FREE) ? pv->addr : b->addr;
+    uintptr_t hi = nx && (nx->flags & XB_FREE) ? nx->addr + nx->size : b->addr + b->size;
+    return hs >= lo && he <= hi;
+}
+
+static int split_possible(const xseg_t *xs, const xblock *b, size_t pa, size_t pb)
+{
+    return edge_splittable(xs, b, pa, pa, pb) || edge_splittable(xs, b, pb, pa, pb);
+}
+
 static void split_large(xseg_t *xs, xblock *b, xstream *from, uint64_t epoch)
 {
     xarena *ar = &xs->arena;
     uintptr_t a = b->addr, e = b->addr + b->size;
     size_t pa = (a - ar->base) >> ar->shift, pb = (e - 1 - ar->base) >> ar->shift;
     if (!straddles(ar, pa, pa, pb) && !straddles(ar, pb, pa, pb))
+        return;
+    if (!split_possible(xs, b, pa, pb))
         return;
     if (from && !xstream_done(xs, from, epoch, xs->conf.release_wait))
         return;

@@ -107,3 +107,21 @@ size_t xfi_largest(const xfreeidx *f)
             best = b->size;
     return best;
 }
+
+size_t xfi_top(const xfreeidx *f, xblock **out, size_t max)
+{
+    size_t n = 0;
+    uint64_t fm = f->fl_bits;
+    while (fm && n < max) {
+        unsigned fl = 63u - (unsigned)__builtin_clzll(fm);
+        uint32_t sm = f->sl_bits[fl];
+        while (sm && n < max) {
+            unsigned sl = 31u - (unsigned)__builtin_clz(sm);
+            for (xblock *b = f->heads[fl][sl]; b && n < max; b = b->fnext)
+                out[n++] = b;
+            sm &= ~(1u << sl);
+        }
+        fm &= ~(1ull << fl);
+    }
+    return n;
+}

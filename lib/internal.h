@@ -283,6 +283,9 @@ void xfi_insert(xfreeidx *f, xblock *b);
 void xfi_remove(xfreeidx *f, xblock *b);
 xblock *xfi_find(xfreeidx *f, size_t size, size_t max_size);
 size_t xfi_largest(const xfreeidx *f);
+/* Up to `max` blocks from the largest buckets down (largest bucket first,
+ * unordered within a bucket).  Off the hot path: growth only. */
+size_t xfi_top(const xfreeidx *f, xblock **out, size_t max);
 
 /* ---- arena.c ---- */
 xseg_status xarena_init(xseg_t *xs, size_t va_size);

@@ -296,6 +296,72 @@ START_TEST(growth_moves_cached_pages)
 }
 END_TEST
 
+/* A request larger than every cached block of its stream is placed over
+ * the largest one and the neutral space beside it ("stretch"): the cached
+ * pages are reused in place, only the rest is mapped, nothing is moved and
+ * nothing waits for the GPU (same stream). */
+START_TEST(growth_stretches_cached_block)
+{
+    xseg_t *xs = t_host(NULL);
+    void *h = t_host_ctx(xs);
+    void *g, *a, *x, *b;
+    ck_assert_int_eq(xseg_alloc(xs, 16 * MiB, S1, &g), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 32 * MiB, S1, &a), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, MiB, S1, &x), XSEG_OK); /* live after a */
+    ck_assert_ptr_eq((char *)a, (char *)g + 16 * MiB);
+    ck_assert_int_eq(xseg_free(xs, g), XSEG_OK);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK); /* g's range: neutral, unmapped */
+    t_fill(a, 32 * MiB, 5);
+    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
+    xseg_host_hold_stream(h, S1, 1);
+    xseg_stats s0 = t_stats(xs);
+    uint64_t syncs = xseg_host_sync_count(h);
+    ck_assert_int_eq(xseg_alloc(xs, 40 * MiB, S1, &b), XSEG_OK);
+    ck_assert_ptr_eq((char *)b, (char *)a - 8 * MiB); /* a's pages under b's tail */
+    xseg_stats s1 = t_stats(xs);
+    ck_assert_uint_eq(s1.mapped_bytes.current - s0.mapped_bytes.current, 8 * MiB);
+    ck_assert_uint_eq(s1.moved_bytes, s0.moved_bytes);
+    ck_assert_uint_eq(xseg_host_sync_count(h), syncs);
+    ck_assert(t_check(a, 32 * MiB, 5)); /* reused in place: same memory */
+    t_fill(b, 40 * MiB, 6);
+    ck_assert(t_check(b, 40 * MiB, 6));
+    xseg_host_hold_stream(h, S1, 0);
+    ck_assert_int_eq(xseg_free(xs, b), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, x), XSEG_OK);
+    xseg_destroy(xs);
+}
+END_TEST
+
+/* Carving part of a cached block that a large handle backs asks whether
+ * the GPU is done (to split the handle) only when the handle lies wholly
+ * inside the block and its free neighbours: one that also backs a live
+ * block can never be split, so nothing is queried or waited for. */
+START_TEST(split_checks_gpu_only_when_possible)
+{
+    xseg_t *xs = t_host("release_wait:off,host_capacity:8GB");
+    void *h = t_host_ctx(xs);
+    void *a, *l1, *l2;
+    ck_assert_int_eq(xseg_alloc(xs, 300 * MiB, S1, &a), XSEG_OK); /* handles 256+32+8+4 MiB */
+    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
+    xseg_host_hold_stream(h, S1, 1); /* the GPU still runs a's work: no split now */
+    uint64_t q0 = t_stats(xs).driver_calls[XSEG_OP_EVENT_QUERY];
+    ck_assert_int_eq(xseg_alloc(xs, 100 * MiB, S1, &l1), XSEG_OK);
+    ck_assert_ptr_eq(l1, a);
+    uint64_t q1 = t_stats(xs).driver_calls[XSEG_OP_EVENT_QUERY];
+    ck_assert_uint_gt(q1, q0); /* a split was possible: the GPU was asked */
+    ck_assert_int_eq(xseg_alloc(xs, 100 * MiB, S1, &l2), XSEG_OK);
+    ck_assert_ptr_eq((char *)l2, (char *)a + 100 * MiB);
+    /* the 256 MiB handle also backs l1 (live): no split, no question */
+    ck_assert_uint_eq(t_stats(xs).driver_calls[XSEG_OP_EVENT_QUERY], q1);
+    t_fill(l2, 100 * MiB, 7);
+    ck_assert(t_check(l2, 100 * MiB, 7));
+    xseg_host_hold_stream(h, S1, 0);
+    ck_assert_int_eq(xseg_free(xs, l1), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, l2), XSEG_OK);
+    xseg_destroy(xs);
+}
+END_TEST
+
 START_TEST(other_streams_idle_cache_is_adopted)
 {
     xseg_t *xs = t_host("release_threshold:unlimited");
@@ -382,6 +448,8 @@ static Suite *suite(void)
     tcase_add_test(tc, release_thresholds);
     tcase_add_test(tc, release_waits_for_the_gpu);
     tcase_add_test(tc, growth_moves_cached_pages);
+    tcase_add_test(tc, growth_stretches_cached_block);
+    tcase_add_test(tc, split_checks_gpu_only_when_possible);
     tcase_add_test(tc, other_streams_idle_cache_is_adopted);
     tcase_add_test(tc, trim_keeps_requested_cache);
     suite_add_tcase(s, tc);
