@@ -574,64 +574,64 @@ static xseg_status make_room(xseg_t *xs, size_t need, size_t request)
     return XSEG_OK;
 }
 
-/* Free neighbour of b whose memory the GPU is done with, or NULL.  With
- * release_wait, waits for the GPU (see split_large). */
-static const xblock *idle_free(xseg_t *xs, const xblock *n)
-{
-    if (!n || !(n->flags & XB_FREE))
-        return NULL;
-    return (!n->owner || xstream_done(xs, n->owner, n->epoch, xs->conf.release_wait)) ? n
-                                                                                       : NULL;
-}
+/* ---- splitting large handles ----
+ * A large handle that the new block b only partly covers is split (see
+ * xarena_split_edges) when every other block it backs is free space the GPU
+ * is done with.  Those blocks may be several: free blocks of different
+ * owners (a stream's cache, neutral space) do not merge. */
 
-/* Large handles that the new block b only partly covers are split (see
- * xarena_split_edges) when everything else they back is idle free space. */
-/* 1 if the handle behind page p is larger than a page and backs pages
- * outside [pa, pb], the pages block [a, e) touches. */
-static int straddles(const xarena *ar, size_t p, size_t pa, size_t pb)
+/* The range [*hs, *he) of the handle behind page p if it is larger than a
+ * page and backs pages outside [pa, pb], the pages block b touches. */
+static int straddling(const xarena *ar, size_t p, size_t pa, size_t pb, uintptr_t *hs,
+                      uintptr_t *he)
 {
     uint32_t h = ar->page_handle[p];
     if (!h || ar->handles[h].npages == 1)
         return 0;
-    size_t first = ar->handles[h].first_page;
-    return first < pa || first + ar->handles[h].npages > pb + 1;
+    size_t first = ar->handles[h].first_page, n = ar->handles[h].npages;
+    *hs = ar->base + ((uintptr_t)first << ar->shift);
+    *he = *hs + ((uintptr_t)n << ar->shift);
+    return first < pa || first + n > pb + 1;
 }
 
-/* Could a straddling handle at page p lie wholly inside b and its free
- * neighbours (whatever the GPU's progress)? */
-static int edge_splittable(const xseg_t *xs, const xblock *b, size_t p, size_t pa, size_t pb)
+/* Is every block but b that overlaps [hs, he) free, and, when `idle`, done
+ * with by the GPU (with release_wait, waited for)?  The walk stays inside
+ * one handle's range. */
+static int others_free(xseg_t *xs, const xblock *b, uintptr_t hs, uintptr_t he, int idle)
 {
-    const xarena *ar = &xs->arena;
-    if (!straddles(ar, p, pa, pb))
-        return 0;
-    const xhandle *h = &ar->handles[ar->page_handle[p]];
-    uintptr_t hs = ar->base + ((uintptr_t)h->first_page << ar->shift);
-    uintptr_t he = hs + ((uintptr_t)h->npages << ar->shift);
-    const xblock *pv = b->aprev, *nx = b->anext;
-    uintptr_t lo = pv && (pv->flags & XB_FREE) ? pv->addr : b->addr;
-    uintptr_t hi = nx && (nx->flags & XB_FREE) ? nx->addr + nx->size : b->addr + b->size;
-    return hs >= lo && he <= hi;
+    for (int after = 0; after < 2; after++) {
+        const xblock *o = after ? b->anext : b->aprev;
+        while (o && (after ? o->addr < he : o->addr + o->size > hs)) {
+            if (!(o->flags & XB_FREE))
+                return 0;
+            if (idle && o->owner && !xstream_done(xs, o->owner, o->epoch, xs->conf.release_wait))
+                return 0;
+            o = after ? o->anext : o->aprev;
+        }
+    }
+    return 1;
 }
 
-static int split_possible(const xseg_t *xs, const xblock *b, size_t pa, size_t pb)
-{
-    return edge_splittable(xs, b, pa, pa, pb) || edge_splittable(xs, b, pb, pa, pb);
-}
-
+/* The layout decides first whether a split is possible at all (no GPU
+ * query); only then does xseg ask (or, with release_wait, wait for) the
+ * GPU: for b's old contents, then for the other blocks. */
 static void split_large(xseg_t *xs, xblock *b, xstream *from, uint64_t epoch)
 {
     xarena *ar = &xs->arena;
-    uintptr_t a = b->addr, e = b->addr + b->size;
+    uintptr_t a = b->addr, e = b->addr + b->size, hs[2], he[2];
     size_t pa = (a - ar->base) >> ar->shift, pb = (e - 1 - ar->base) >> ar->shift;
-    if (!straddles(ar, pa, pa, pb) && !straddles(ar, pb, pa, pb))
-        return;
-    if (!split_possible(xs, b, pa, pb))
+    int can[2];
+    for (int i = 0; i < 2; i++)
+        can[i] = straddling(ar, i ? pb : pa, pa, pb, &hs[i], &he[i]) &&
+                 others_free(xs, b, hs[i], he[i], 0);
+    if (!can[0] && !can[1])
         return;
     if (from && !xstream_done(xs, from, epoch, xs->conf.release_wait))
         return;
-    const xblock *p = idle_free(xs, b->aprev), *n = idle_free(xs, b->anext);
     int err = 0;
-    xarena_split_edges(xs, a, e, p ? p->addr : a, n ? n->addr + n->size : e, &err);
+    for (int i = 0; i < 2; i++)
+        if (can[i] && others_free(xs, b, hs[i], he[i], 1))
+            xarena_split_edges(xs, a, e, hs[i] < a ? hs[i] : a, he[i] > e ? he[i] : e, &err);
 }
 
 /* ---- moving cached memory to where it is needed ----

@@ -362,6 +362,43 @@ START_TEST(split_checks_gpu_only_when_possible)
 }
 END_TEST
 
+/* A large handle may back free blocks of several owners (a stream's cache,
+ * another's, neutral space), which do not merge: it is split when all of
+ * them are free and idle, not only b's immediate neighbours. */
+START_TEST(split_spans_free_blocks_of_several_owners)
+{
+    xseg_t *xs = t_host("release_wait:off,host_capacity:8GB");
+    void *h = t_host_ctx(xs);
+    void *a, *l1, *l2, *m, *b;
+    ck_assert_int_eq(xseg_alloc(xs, 300 * MiB, S1, &a), XSEG_OK); /* handle [0, 256 MiB) */
+    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
+    xseg_host_hold_stream(h, S1, 1); /* busy: l1 and l2 land inside the handle unsplit */
+    ck_assert_int_eq(xseg_alloc(xs, 100 * MiB, S1, &l1), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 100 * MiB, S1, &l2), XSEG_OK);
+    ck_assert_ptr_eq(l1, a);
+    ck_assert_ptr_eq((char *)l2, (char *)a + 100 * MiB);
+    ck_assert_int_eq(xseg_free(xs, l1), XSEG_OK);
+    xseg_host_hold_stream(h, S1, 0);
+    ck_assert_int_eq(xseg_alloc(xs, 90 * MiB, S2, &m), XSEG_OK); /* adopts l1's place */
+    ck_assert_ptr_eq(m, a);
+    ck_assert_int_eq(xseg_free(xs, l2), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, m), XSEG_OK);
+    /* [0, 90) S2's cache, [90, 100) neutral, [100, 300) S1's cache */
+    xseg_stats s0 = t_stats(xs);
+    ck_assert_uint_eq(s0.mapped_bytes.current, 300 * MiB);
+    ck_assert_int_eq(xseg_alloc(xs, 50 * MiB, S1, &b), XSEG_OK);
+    ck_assert_msg((char *)b >= (char *)a + 100 * MiB && (char *)b < (char *)a + 256 * MiB,
+                  "b not carved from S1's cache over the handle");
+    xseg_stats s1 = t_stats(xs);
+    ck_assert_uint_eq(s1.driver_calls[XSEG_OP_RELEASE] - s0.driver_calls[XSEG_OP_RELEASE], 1);
+    ck_assert_uint_lt(s1.mapped_bytes.current, 300 * MiB - 150 * MiB); /* only b's pages again */
+    t_fill(b, 50 * MiB, 8);
+    ck_assert(t_check(b, 50 * MiB, 8));
+    ck_assert_int_eq(xseg_free(xs, b), XSEG_OK);
+    xseg_destroy(xs);
+}
+END_TEST
+
 START_TEST(other_streams_idle_cache_is_adopted)
 {
     xseg_t *xs = t_host("release_threshold:unlimited");
@@ -450,6 +487,7 @@ static Suite *suite(void)
     tcase_add_test(tc, growth_moves_cached_pages);
     tcase_add_test(tc, growth_stretches_cached_block);
     tcase_add_test(tc, split_checks_gpu_only_when_possible);
+    tcase_add_test(tc, split_spans_free_blocks_of_several_owners);
     tcase_add_test(tc, other_streams_idle_cache_is_adopted);
     tcase_add_test(tc, trim_keeps_requested_cache);
     suite_add_tcase(s, tc);

@@ -71,6 +71,8 @@ static void measurements(FILE *f, const replay_report *rep)
     u64(f, "unmaps", r->unmaps);
     num(f, "map_unmap_per_1000_events", r->map_unmap_per_1000);
     driver_calls(f, r);
+    u64(f, "syncs", r->stats.syncs);
+    u64(f, "moved_bytes", r->stats.moved_bytes);
     u64(f, "ooms", r->ooms);
     u64(f, "freed_at_end", r->freed_at_end);
     u64(f, "verified_blocks", r->verified_blocks);
