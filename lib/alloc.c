@@ -269,14 +269,17 @@ static size_t place_cost(const xseg_t *xs, const xblock *b, uintptr_t at, size_t
     return (unmapped << 24) + new_pages(xs, b, at, size);
 }
 
-/* Where in free block b to put `size` bytes: at its start (packing against
- * the block before), at its end (packing against the block after), or at
- * the first page boundary; whichever costs least (ties: the start). */
+/* Where in free block b to put `size` bytes.  placement:start (default)
+ * takes its start, as PyTorch does: the rest stays one free block after
+ * the new one, and a workload that repeats itself finds its blocks where
+ * they were.  placement:pages takes the start (packing against the block
+ * before), the end (packing against the block after) or the first page
+ * boundary, whichever costs least (ties: the start). */
 static uintptr_t place(const xseg_t *xs, const xblock *b, size_t size)
 {
     size_t p = xs->arena.page;
     uintptr_t best = b->addr, end = b->addr + b->size;
-    if (b->size == size)
+    if (b->size == size || xs->conf.placement == XSEG_PLACE_START)
         return best;
     size_t cost = place_cost(xs, b, best, size);
     uintptr_t cand[2] = {(b->addr + p - 1) & ~(uintptr_t)(p - 1), end - size};
@@ -532,7 +535,7 @@ static size_t release_limit(const xseg_t *xs)
         return SIZE_MAX;
     if (rt == XSEG_SIZE_AUTO) {
         size_t pk = xs->peak_alloc_ever > xs->arena_used ? xs->peak_alloc_ever : xs->arena_used;
-        return round_page(xs, pk);
+        return round_page(xs, pk + (size_t)((double)pk * xs->conf.release_slack));
     }
     return xs->arena_used > SIZE_MAX - rt ? SIZE_MAX : round_page(xs, xs->arena_used) + rt;
 }

@@ -343,6 +343,18 @@ static const char *parse_bool(const char *v, size_t n, void *f, const conf_key *
     return NULL;
 }
 
+static const char *parse_placement(const char *v, size_t n, void *f, const conf_key *k)
+{
+    (void)k;
+    if (word_is(v, n, "start"))
+        *(int *)f = XSEG_PLACE_START;
+    else if (word_is(v, n, "pages"))
+        *(int *)f = XSEG_PLACE_PAGES;
+    else
+        return "unknown placement";
+    return NULL;
+}
+
 /* ---- the table of keys -------------------------------------------------- */
 
 #define OFF(field) offsetof(xseg_conf, field)
@@ -383,6 +395,9 @@ static const conf_key conf_keys[] = {
     {"release_wait", parse_bool, OFF(release_wait), 0, 0, BOOL_EXPECT},
     {"host_event_lag", parse_count, OFF(host_event_lag), 0, 1000000,
      "an integer from 0 to 1000000"},
+    {"release_slack", parse_threshold, OFF(release_slack), 0, 0,
+     "a real number in [0, 1) such as 0.01"},
+    {"placement", parse_placement, OFF(placement), 0, 0, "start or pages"},
 };
 
 #define CONF_NKEYS (sizeof conf_keys / sizeof conf_keys[0])

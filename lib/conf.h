@@ -45,7 +45,12 @@ typedef struct xseg_conf {
     int release_wait;            /* release_wait: wait for the GPU rather than map over
                                     the release threshold (on) */
     unsigned host_event_lag;     /* host_event_lag: host events complete after N queries */
+    double release_slack;        /* release_slack: auto threshold = peak live x (1 + this) */
+    int placement;               /* placement: XSEG_PLACE_START / XSEG_PLACE_PAGES */
 } xseg_conf;
+
+/* Where a request goes inside the free block chosen for it. */
+enum { XSEG_PLACE_START = 0, XSEG_PLACE_PAGES = 1 };
 
 /* Fill the defaults. */
 void xseg_conf_defaults(xseg_conf *c);

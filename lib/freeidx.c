@@ -64,7 +64,7 @@ static xblock *scan_bucket(xblock *b, size_t size, size_t max_size)
     for (int i = 0; b && i < XFI_SCAN; b = b->fnext, i++) {
         if (b->size < size || b->size > max_size)
             continue;
-        if (!best || b->size < best->size)
+        if (!best || b->size < best->size || (b->size == best->size && b->addr < best->addr))
             best = b;
         if (b->size == size)
             break;
@@ -91,8 +91,7 @@ xblock *xfi_find(xfreeidx *f, size_t size, size_t max_size)
         sm = f->sl_bits[fl];
     }
     sl = (unsigned)__builtin_ctz(sm);
-    b = f->heads[fl][sl];
-    return (b && b->size <= max_size) ? b : NULL;
+    return scan_bucket(f->heads[fl][sl], size, max_size);
 }
 
 size_t xfi_largest(const xfreeidx *f)

@@ -87,6 +87,8 @@ START_TEST(test_defaults)
     ck_assert_int_eq(c.verbose, 0);
     ck_assert_int_eq(c.stats_shm, 0);
     ck_assert_uint_eq(c.history, 0);
+    ck_assert_double_eq(c.release_slack, 0.0);
+    ck_assert_int_eq(c.placement, XSEG_PLACE_START);
 }
 END_TEST
 
@@ -286,6 +288,26 @@ START_TEST(test_release_threshold)
     ck_assert_uint_eq(parse_ok("release_threshold:0GB").release_threshold, 1);
     ck_assert_uint_eq(parse_ok("release_threshold:1").release_threshold, 1);
     parse_bad("release_threshold:never", "release_threshold", "never");
+}
+END_TEST
+
+START_TEST(test_release_slack)
+{
+    ck_assert_double_eq(parse_ok("release_slack:0.01").release_slack, 0.01);
+    ck_assert_double_eq(parse_ok("release_slack:0.5,release_slack:0").release_slack, 0.0);
+    parse_bad("release_slack:1", "release_slack", "1");
+    parse_bad("release_slack:-0.01", "release_slack", "-0.01");
+    parse_bad("release_slack:1%", "release_slack", "1%");
+}
+END_TEST
+
+START_TEST(test_placement)
+{
+    ck_assert_int_eq(parse_ok("placement:pages").placement, XSEG_PLACE_PAGES);
+    ck_assert_int_eq(parse_ok("placement:pages,placement:start").placement, XSEG_PLACE_START);
+    ck_assert_int_eq(parse_ok("placement:START").placement, XSEG_PLACE_START);
+    parse_bad("placement:end", "placement", "end");
+    parse_bad("placement:", "placement", "");
 }
 END_TEST
 
@@ -595,6 +617,8 @@ static Suite *conf_suite(void)
     tcase_add_test(keys, test_memory_fraction);
     tcase_add_test(keys, test_gc_threshold);
     tcase_add_test(keys, test_release_threshold);
+    tcase_add_test(keys, test_release_slack);
+    tcase_add_test(keys, test_placement);
     tcase_add_test(keys, test_alloc_retries);
     tcase_add_test(keys, test_max_split_size);
     tcase_add_test(keys, test_roundup_power2_divisions);

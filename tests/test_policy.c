@@ -206,6 +206,27 @@ START_TEST(release_thresholds)
     ck_assert_uint_eq(mapped_after_cross_stream("release_threshold:unlimited"), 72 * MiB);
     ck_assert_uint_eq(mapped_after_cross_stream("release_threshold:8MB"), 48 * MiB);
     ck_assert_uint_eq(mapped_after_cross_stream("release_threshold:0"), 40 * MiB);
+    /* auto with slack: up to the peak live bytes x 1.5 = 60 MiB stays mapped */
+    ck_assert_uint_eq(mapped_after_cross_stream("release_slack:0.5"), 60 * MiB);
+    ck_assert_uint_eq(mapped_after_cross_stream("release_slack:0.9"), 72 * MiB);
+}
+END_TEST
+
+/* placement:start (default) carves from the start of the chosen free block,
+ * so the rest stays one block; the next request follows it. */
+START_TEST(placement_start_packs_in_order)
+{
+    xseg_t *xs = t_host(NULL);
+    void *a, *x, *p, *q;
+    ck_assert_int_eq(xseg_alloc(xs, 32 * MiB, S1, &a), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, MiB, S1, &x), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 3 * MiB + 4096, S1, &p), XSEG_OK);
+    ck_assert_ptr_eq(p, a);
+    ck_assert_int_eq(xseg_alloc(xs, 5 * MiB, S1, &q), XSEG_OK);
+    ck_assert_ptr_eq((char *)q, (char *)a + 3 * MiB + 4096);
+    ck_assert_uint_eq(t_stats(xs).largest_free_block >= 23 * MiB, 1);
+    xseg_destroy(xs);
 }
 END_TEST
 
@@ -486,6 +507,7 @@ static Suite *suite(void)
     tcase_add_test(tc, release_waits_for_the_gpu);
     tcase_add_test(tc, growth_moves_cached_pages);
     tcase_add_test(tc, growth_stretches_cached_block);
+    tcase_add_test(tc, placement_start_packs_in_order);
     tcase_add_test(tc, split_checks_gpu_only_when_possible);
     tcase_add_test(tc, split_spans_free_blocks_of_several_owners);
     tcase_add_test(tc, other_streams_idle_cache_is_adopted);
