@@ -353,30 +353,40 @@ START_TEST(growth_stretches_cached_block)
 }
 END_TEST
 
-/* Carving part of a cached block that a large handle backs asks whether
- * the GPU is done (to split the handle) only when the handle lies wholly
- * inside the block and its free neighbours: one that also backs a live
- * block can never be split, so nothing is queried or waited for. */
-START_TEST(split_checks_gpu_only_when_possible)
+/* 300 MiB on S1 (handles 256+32+8+4 MiB) freed; then, while the GPU still
+ * runs its work (no split possible now), l1 and l2 of 100 MiB each carved
+ * from it, both inside the 256 MiB handle.  q[0..2]: event queries before
+ * l1, after l1, after l2. */
+static xseg_t *two_inside_a_handle(void **a, void **l1, void **l2, uint64_t q[3])
 {
     xseg_t *xs = t_host("release_wait:off,host_capacity:8GB");
-    void *h = t_host_ctx(xs);
+    ck_assert_int_eq(xseg_alloc(xs, 300 * MiB, S1, a), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, *a), XSEG_OK);
+    xseg_host_hold_stream(t_host_ctx(xs), S1, 1);
+    q[0] = t_stats(xs).driver_calls[XSEG_OP_EVENT_QUERY];
+    ck_assert_int_eq(xseg_alloc(xs, 100 * MiB, S1, l1), XSEG_OK);
+    q[1] = t_stats(xs).driver_calls[XSEG_OP_EVENT_QUERY];
+    ck_assert_int_eq(xseg_alloc(xs, 100 * MiB, S1, l2), XSEG_OK);
+    q[2] = t_stats(xs).driver_calls[XSEG_OP_EVENT_QUERY];
+    ck_assert_ptr_eq(*l1, *a);
+    ck_assert_ptr_eq((char *)*l2, (char *)*a + 100 * MiB);
+    return xs;
+}
+
+/* Carving part of a cached block that a large handle backs asks whether
+ * the GPU is done (to split the handle) only when every other block the
+ * handle backs is free: one that also backs a live block can never be
+ * split, so nothing is queried or waited for. */
+START_TEST(split_checks_gpu_only_when_possible)
+{
     void *a, *l1, *l2;
-    ck_assert_int_eq(xseg_alloc(xs, 300 * MiB, S1, &a), XSEG_OK); /* handles 256+32+8+4 MiB */
-    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
-    xseg_host_hold_stream(h, S1, 1); /* the GPU still runs a's work: no split now */
-    uint64_t q0 = t_stats(xs).driver_calls[XSEG_OP_EVENT_QUERY];
-    ck_assert_int_eq(xseg_alloc(xs, 100 * MiB, S1, &l1), XSEG_OK);
-    ck_assert_ptr_eq(l1, a);
-    uint64_t q1 = t_stats(xs).driver_calls[XSEG_OP_EVENT_QUERY];
-    ck_assert_uint_gt(q1, q0); /* a split was possible: the GPU was asked */
-    ck_assert_int_eq(xseg_alloc(xs, 100 * MiB, S1, &l2), XSEG_OK);
-    ck_assert_ptr_eq((char *)l2, (char *)a + 100 * MiB);
-    /* the 256 MiB handle also backs l1 (live): no split, no question */
-    ck_assert_uint_eq(t_stats(xs).driver_calls[XSEG_OP_EVENT_QUERY], q1);
+    uint64_t q[3];
+    xseg_t *xs = two_inside_a_handle(&a, &l1, &l2, q);
+    ck_assert_uint_gt(q[1], q[0]); /* l1: a split was possible, the GPU was asked */
+    ck_assert_uint_eq(q[2], q[1]); /* l2: the handle also backs l1 (live) */
     t_fill(l2, 100 * MiB, 7);
     ck_assert(t_check(l2, 100 * MiB, 7));
-    xseg_host_hold_stream(h, S1, 0);
+    xseg_host_hold_stream(t_host_ctx(xs), S1, 0);
     ck_assert_int_eq(xseg_free(xs, l1), XSEG_OK);
     ck_assert_int_eq(xseg_free(xs, l2), XSEG_OK);
     xseg_destroy(xs);
@@ -388,16 +398,10 @@ END_TEST
  * them are free and idle, not only b's immediate neighbours. */
 START_TEST(split_spans_free_blocks_of_several_owners)
 {
-    xseg_t *xs = t_host("release_wait:off,host_capacity:8GB");
-    void *h = t_host_ctx(xs);
     void *a, *l1, *l2, *m, *b;
-    ck_assert_int_eq(xseg_alloc(xs, 300 * MiB, S1, &a), XSEG_OK); /* handle [0, 256 MiB) */
-    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
-    xseg_host_hold_stream(h, S1, 1); /* busy: l1 and l2 land inside the handle unsplit */
-    ck_assert_int_eq(xseg_alloc(xs, 100 * MiB, S1, &l1), XSEG_OK);
-    ck_assert_int_eq(xseg_alloc(xs, 100 * MiB, S1, &l2), XSEG_OK);
-    ck_assert_ptr_eq(l1, a);
-    ck_assert_ptr_eq((char *)l2, (char *)a + 100 * MiB);
+    uint64_t q[3];
+    xseg_t *xs = two_inside_a_handle(&a, &l1, &l2, q);
+    void *h = t_host_ctx(xs);
     ck_assert_int_eq(xseg_free(xs, l1), XSEG_OK);
     xseg_host_hold_stream(h, S1, 0);
     ck_assert_int_eq(xseg_alloc(xs, 90 * MiB, S2, &m), XSEG_OK); /* adopts l1's place */
