@@ -110,6 +110,8 @@ def setup_mode(mode, xseg_conf, trace=False):
         info.update(xseg_library=portable(xseg.library_path()), xseg_hooks=list(xseg.hooks()),
                     xseg_conf=os.environ.get("XSEG_CONF", ""))
         stats = xseg.memory_stats
+        global _counters
+        _counters = stats
     else:
         def stats():
             return torch.cuda.memory_stats()
@@ -148,16 +150,36 @@ def build(torch, cls, config, dtype, seed):
     return model
 
 
+# xseg mode: the allocator counters recorded per call (see timed).
+CALL_COUNTERS = ("xseg.moved_bytes", "xseg.syncs", "xseg.driver_calls.map",
+                 "xseg.driver_calls.create", "xseg.driver_calls.unmap")
+_counters = None  # set by setup_mode in xseg mode: () -> stats dict
+
+
+def counter_values():
+    if _counters is None:
+        return None
+    st = _counters()
+    return [st.get(k, 0) for k in CALL_COUNTERS]
+
+
 def timed(torch, fn, calls=None):
     """fn() between two synchronisations: (its result, wall seconds).  With
-    `calls`, appends [wall seconds, CPU seconds of this process]."""
+    `calls`, appends [wall seconds, CPU seconds of this process], and in
+    xseg mode a third item: what the call added to xseg's counters
+    (moved_bytes, syncs, map, create, unmap), read outside the timing."""
+    before = counter_values() if calls is not None else None
     torch.cuda.synchronize()
     t0, c0 = time.perf_counter(), time.process_time()
     out = fn()
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     if calls is not None:
-        calls.append([round(dt, 6), round(time.process_time() - c0, 6)])
+        entry = [round(dt, 6), round(time.process_time() - c0, 6)]
+        if before is not None:
+            after = counter_values()
+            entry.append({k.split(".")[-1]: a - b for k, a, b in zip(CALL_COUNTERS, after, before)})
+        calls.append(entry)
     return out, dt
 
 
