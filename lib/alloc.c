@@ -335,6 +335,16 @@ static xblock *carve(xseg_t *xs, xblock *b, size_t size, xstream *s)
     return carve_at(xs, b, place(xs, b, size), size, s);
 }
 
+/* Free cached block b becomes neutral space (merged with its neutral
+ * neighbours); returns the merged block. */
+static xblock *make_neutral(xseg_t *xs, xblock *b, int to_lru)
+{
+    free_remove(xs, b);
+    lru_remove(xs, b);
+    b->owner = NULL;
+    return coalesce(xs, b, to_lru);
+}
+
 /* The tightest cached block of another stream that fits, if the GPU is done
  * with it (checked without waiting), becomes neutral space: reusing it costs
  * no driver call where mapping new memory would.  Returns the (merged)
@@ -351,11 +361,8 @@ static xblock *adopt(xseg_t *xs, xstream *s, size_t size, uintptr_t *at)
     }
     if (!best || !xstream_done(xs, best->owner, best->epoch, 0))
         return NULL;
-    free_remove(xs, best);
-    lru_remove(xs, best);
-    best->owner = NULL;
     *at = best->addr;
-    return coalesce(xs, best, 1);
+    return make_neutral(xs, best, 1);
 }
 
 /* A free block of s just before neutral block n can be extended into n. */
@@ -443,12 +450,8 @@ static xblock *stretch(xseg_t *xs, xstream *s, size_t size, size_t beat, uintptr
     }
     if (!best)
         return NULL;
-    *epoch = best->epoch;
-    int in_lru = best->flags & XB_LRU;
-    free_remove(xs, best);
-    lru_remove(xs, best);
-    best->owner = NULL; /* the new block of s covers all of it */
-    return coalesce(xs, best, in_lru);
+    *epoch = best->epoch; /* the new block of s covers all of it */
+    return make_neutral(xs, best, best->flags & XB_LRU);
 }
 
 /* Good fit in one index, allowing for the page alignment of large blocks. */
@@ -626,6 +629,7 @@ static void split_large(xseg_t *xs, xblock *b, xstream *from, uint64_t epoch)
     int can[2];
     for (int i = 0; i < 2; i++)
         can[i] = straddling(ar, i ? pb : pa, pa, pb, &hs[i], &he[i]) &&
+                 !(i && can[0] && hs[1] == hs[0]) && /* the same handle at both edges */
                  others_free(xs, b, hs[i], he[i], 0);
     if (!can[0] && !can[1])
         return;
@@ -804,13 +808,8 @@ xseg_status xblk_alloc(xseg_t *xs, xstream *s, size_t size, size_t request, xblo
 void xblk_neutralize(xseg_t *xs, xstream *s)
 {
     xblock *b;
-    while ((b = xfi_find(&s->idx, XSEG_MIN_BLOCK, SIZE_MAX)) != NULL) {
-        int in_lru = b->flags & XB_LRU;
-        free_remove(xs, b);
-        lru_remove(xs, b);
-        b->owner = NULL;
-        coalesce(xs, b, in_lru);
-    }
+    while ((b = xfi_find(&s->idx, XSEG_MIN_BLOCK, SIZE_MAX)) != NULL)
+        make_neutral(xs, b, b->flags & XB_LRU);
 }
 
 void xblk_free(xseg_t *xs, xblock *b)

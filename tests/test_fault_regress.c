@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "internal.h"
+#include "support_common.h"
 #include "support_fault.h"
 
 #define MIB ((size_t)1 << 20)
@@ -114,9 +115,5 @@ int main(void)
     tcase_add_test(tc, refused_unmap_stays_trimmable);
     tcase_add_test(tc, adopted_block_stays_reclaimable);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+    return t_run(s);
 }

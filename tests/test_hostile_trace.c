@@ -13,6 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "support_common.h"
+
 #define REPLAY XSEG_BINARY_DIR "/tools/xseg-replay/xseg-replay"
 
 extern char **environ;
@@ -228,9 +230,5 @@ int main(void)
     tcase_add_test(tc, malformed_files);
     tcase_add_test(tc, mutated_files);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+    return t_run(s);
 }

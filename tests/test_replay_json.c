@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "support_common.h"
+
 #define REPLAY XSEG_BINARY_DIR "/tools/xseg-replay/xseg-replay"
 
 /* The number after "key": in the JSON text, or -1. */
@@ -73,9 +75,5 @@ int main(void)
     TCase *tc = tcase_create("json");
     tcase_add_test(tc, reports_moves_and_syncs);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+    return t_run(s);
 }
