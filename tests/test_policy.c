@@ -230,6 +230,27 @@ START_TEST(placement_start_packs_in_order)
 }
 END_TEST
 
+/* A block of whole pages starts on a page boundary when that saves a page
+ * (16 MiB: 8 pages, not 9); other sizes stay at the start of the free
+ * block.  Once its neighbours are gone only its own 8 pages stay mapped. */
+START_TEST(placement_start_aligns_whole_pages)
+{
+    xseg_t *xs = t_host(NULL);
+    void *a, *r, *q;
+    ck_assert_int_eq(xseg_alloc(xs, 3 * MiB + 4096, S1, &a), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 5 * MiB, S1, &r), XSEG_OK);
+    ck_assert_ptr_eq((char *)r, (char *)a + 3 * MiB + 4096);
+    ck_assert_int_eq(xseg_alloc(xs, 16 * MiB, S1, &q), XSEG_OK);
+    ck_assert_ptr_eq((char *)q, (char *)a + 10 * MiB);
+    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, r), XSEG_OK);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 16 * MiB);
+    ck_assert(!t_faults(q) && !t_faults((char *)q + 16 * MiB - 1));
+    xseg_destroy(xs);
+}
+END_TEST
+
 /* The GPU still uses S1's cached 32 MiB when S2 needs 40 MiB: with
  * release_wait (the default) xseg waits for S1 and unmaps its block, so
  * mapped memory stays at the peak of live bytes; without, it maps over. */
@@ -512,6 +533,7 @@ static Suite *suite(void)
     tcase_add_test(tc, growth_moves_cached_pages);
     tcase_add_test(tc, growth_stretches_cached_block);
     tcase_add_test(tc, placement_start_packs_in_order);
+    tcase_add_test(tc, placement_start_aligns_whole_pages);
     tcase_add_test(tc, split_checks_gpu_only_when_possible);
     tcase_add_test(tc, split_spans_free_blocks_of_several_owners);
     tcase_add_test(tc, other_streams_idle_cache_is_adopted);

@@ -11,7 +11,9 @@ Workloads (random weights from configs, nothing downloaded):
   probe  (only when named) pieces of the llama model timed alone: GPU reads of
          the weights, a prefill, a generate(), torch.empty + del.
 Modes: native (PyTorch's caching allocator), expandable
-(expandable_segments:True) and xseg (xseg.install()).
+(expandable_segments:True) and xseg (xseg.install()).  --variant CONF adds a
+mode "xseg[CONF]": xseg with that conf, run in the same rotation as the
+others (so that a machine's drift over the run hits every mode alike).
 
 Each workload x mode runs in a fresh subprocess with the same seed and a
 timeout.  Reported: peak device memory taken (cudaMemGetInfo drop from
@@ -501,19 +503,31 @@ def mode_env(mode):
     return env
 
 
+def variant_name(conf):
+    return f"xseg[{conf}]"
+
+
+def split_mode(mode, xseg_conf):
+    """(the child's mode, its xseg conf) for a mode or a variant name."""
+    if mode.startswith("xseg[") and mode.endswith("]"):
+        return "xseg", mode[5:-1]
+    return mode, xseg_conf
+
+
 def run_one(args, workload, mode, timeout):
+    child_mode, conf = split_mode(mode, args.xseg_conf)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.json")
         cmd = [sys.executable, os.path.abspath(__file__), "--child", "--workload", workload,
-               "--mode", mode, "--seed", str(args.seed), "--passes", str(args.passes),
+               "--mode", child_mode, "--seed", str(args.seed), "--passes", str(args.passes),
                "--child-out", out]
-        if args.xseg_conf:
-            cmd += ["--xseg-conf", args.xseg_conf]
+        if conf:
+            cmd += ["--xseg-conf", conf]
         if args.trace_dir:
             cmd += ["--trace-dir", os.path.abspath(args.trace_dir)]
         t0 = time.perf_counter()
         try:
-            p = subprocess.run(cmd, env=mode_env(mode), capture_output=True, text=True,
+            p = subprocess.run(cmd, env=mode_env(child_mode), capture_output=True, text=True,
                                timeout=timeout)
             rc, stderr = p.returncode, p.stderr
         except subprocess.TimeoutExpired as e:
@@ -524,6 +538,9 @@ def run_one(args, workload, mode, timeout):
         if os.path.exists(out):
             with open(out) as f:
                 res = json.load(f)
+        res["mode"] = mode
+        if conf and child_mode == "xseg":
+            res["xseg_conf"] = conf
         res["returncode"] = rc
         res["subprocess_s"] = time.perf_counter() - t0
         if rc != 0 and "error" not in res:
@@ -542,7 +559,8 @@ def compare(results):
             continue
         hashes = {m: r.get("output_hash") for m, r in rows.items()}
         same = len(set(hashes.values())) == 1
-        v = {"outputs_identical": same if len(rows) == len(MODES) else (False if not same else None),
+        complete = all(m in rows for m in MODES)
+        v = {"outputs_identical": same if complete else (False if not same else None),
              "hashes": hashes}
         if w == "probe":  # measurements only: no outputs to compare
             v["outputs_identical"] = None
@@ -555,6 +573,19 @@ def compare(results):
             ratio = rows["xseg"]["throughput"] / rows["native"]["throughput"]
             v["xseg_throughput_vs_native"] = ratio
             v["xseg_throughput_within_2pct"] = ratio >= 0.98
+        variants = {}
+        for m, r in rows.items():
+            if m in MODES:
+                continue
+            variants[m] = {}
+            if "expandable" in rows:
+                variants[m]["peak_below_expandable"] = (r["peak_device_bytes"]
+                                                        < rows["expandable"]["peak_device_bytes"])
+            if "native" in rows:
+                variants[m]["throughput_vs_native"] = (r["throughput"]
+                                                       / rows["native"]["throughput"])
+        if variants:
+            v["variants"] = variants
         verdict[w] = v
     return verdict
 
@@ -566,7 +597,8 @@ def fmt_gib(n):
 def rows(results, w):
     """(mode, result, percent against native or None) of workload w."""
     native = results.get((w, "native"), {})
-    for m in MODES:
+    variants = sorted(m for (wl, m) in results if wl == w and m not in MODES)
+    for m in list(MODES) + variants:
         r = results.get((w, m))
         if r is None:
             continue
@@ -662,10 +694,11 @@ def aggregate(runs):
 def parent(args):
     started = time.time()
     runs, results, verdict = {}, {}, {}
+    modes = list(args.modes) + [variant_name(c) for c in args.variant]
     for rnd in range(args.rounds):
         for w in args.workloads:
-            k = rnd % len(args.modes)  # rotate the order: no mode always runs first
-            for m in args.modes[k:] + args.modes[:k]:
+            k = rnd % len(modes)  # rotate the order: no mode always runs first
+            for m in modes[k:] + modes[:k]:
                 left = args.budget - (time.time() - started)
                 if left < 30:
                     if (w, m) not in runs:
@@ -711,6 +744,9 @@ def parse(argv):
     ap.add_argument("--budget", type=int, default=540,
                     help="seconds for the whole run; later runs are skipped past it")
     ap.add_argument("--xseg-conf", default=None, help="conf for xseg.install()")
+    ap.add_argument("--variant", action="append", default=[], metavar="CONF",
+                    help="also run xseg with this conf, as the mode xseg[CONF] in the same "
+                         "rotation (repeatable)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--workload", help=argparse.SUPPRESS)
     ap.add_argument("--mode", help=argparse.SUPPRESS)

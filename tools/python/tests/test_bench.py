@@ -57,5 +57,40 @@ class TimedTest(unittest.TestCase):
         self.assertAlmostEqual(bm.best_of_calls(passes, [10, 20]), 30 / 3.0)
 
 
+def result(mode, peak, throughput, digest="h"):
+    return {"workload": "gpt2", "mode": mode, "peak_device_bytes": peak,
+            "throughput": throughput, "output_hash": digest}
+
+
+class VariantTest(unittest.TestCase):
+    def test_names(self):
+        self.assertEqual(bm.variant_name("handle_size:2MB"), "xseg[handle_size:2MB]")
+        self.assertEqual(bm.split_mode("xseg[handle_size:2MB,placement:pages]", None),
+                         ("xseg", "handle_size:2MB,placement:pages"))
+        self.assertEqual(bm.split_mode("native", "x:1"), ("native", "x:1"))
+        self.assertEqual(bm.split_mode("xseg", "x:1"), ("xseg", "x:1"))
+
+    def test_parse(self):
+        args = bm.parse(["--variant", "a:1", "--variant", "b:2"])
+        self.assertEqual(args.variant, ["a:1", "b:2"])
+        self.assertEqual(bm.parse([]).variant, [])
+
+    def test_verdict_and_rows(self):
+        v = "xseg[handle_size:2MB]"
+        results = {("gpt2", "native"): result("native", 100, 1000.0),
+                   ("gpt2", "expandable"): result("expandable", 90, 990.0),
+                   ("gpt2", "xseg"): result("xseg", 85, 950.0),
+                   ("gpt2", v): result(v, 95, 1010.0)}
+        verdict = bm.compare(results)["gpt2"]
+        self.assertTrue(verdict["outputs_identical"])
+        self.assertFalse(verdict["xseg_throughput_within_2pct"])
+        self.assertEqual(verdict["variants"][v]["peak_below_expandable"], False)
+        self.assertAlmostEqual(verdict["variants"][v]["throughput_vs_native"], 1.01)
+        modes = [m for m, _, _ in bm.rows(results, "gpt2")]
+        self.assertEqual(modes, ["native", "expandable", "xseg", v])
+        results[("gpt2", v)]["output_hash"] = "other"
+        self.assertFalse(bm.compare(results)["gpt2"]["outputs_identical"])
+
+
 if __name__ == "__main__":
     unittest.main()
