@@ -84,7 +84,9 @@ static size_t handle_pages(const xseg_t *xs, size_t request, size_t remaining)
 {
     const xarena *ar = &xs->arena;
     size_t want;
-    if (xs->conf.handle_size) {
+    if (xs->conf.handle_size == XSEG_HANDLE_PAGE) {
+        want = 1;
+    } else if (xs->conf.handle_size) {
         want = xs->conf.handle_size >> ar->shift;
     } else {
         size_t big = XSEG_BIG_REQUEST;

@@ -197,6 +197,15 @@ static const char *parse_pow2_auto(const char *v, size_t n, void *f, const conf_
     return NULL;
 }
 
+/* "page" (one handle per page), or as parse_pow2_auto (handle_size). */
+static const char *parse_handle(const char *v, size_t n, void *f, const conf_key *k)
+{
+    if (!word_is(v, n, "page"))
+        return parse_pow2_auto(v, n, f, k);
+    *(size_t *)f = XSEG_HANDLE_PAGE;
+    return NULL;
+}
+
 /* "auto" / 0, or any size (va_size). */
 static const char *parse_size_auto(const char *v, size_t n, void *f, const conf_key *k)
 {
@@ -364,8 +373,8 @@ static const conf_key conf_keys[] = {
     {"backend", parse_backend, OFF(backend), 0, 0, "one of auto, cuda, host"},
     {"page_size", parse_pow2_auto, OFF(page_size), 4 * KIB, 0,
      "auto, 0, or a power-of-two size >= 4KB such as 2MB"},
-    {"handle_size", parse_pow2_auto, OFF(handle_size), 4 * KIB, 0,
-     "auto, 0, or a power-of-two size >= 4KB such as 2MB or 32MB"},
+    {"handle_size", parse_handle, OFF(handle_size), 4 * KIB, 0,
+     "auto, 0, page, or a power-of-two size >= 4KB such as 2MB or 32MB"},
     {"va_size", parse_size_auto, OFF(va_size), 0, 0,
      "auto, 0, or a size such as 512GB or 1TB"},
     {"max_mapped", parse_cap, OFF(max_mapped), 0, 0,
@@ -499,11 +508,12 @@ static xseg_status parse_item(xseg_conf *c, const char *item, size_t n,
 static xseg_status check_conf(const xseg_conf *c, char *err, size_t errlen)
 {
     size_t pos = 0;
-    if (c->page_size == 0 || c->handle_size == 0 || c->handle_size >= c->page_size)
+    if (c->page_size == 0 || c->handle_size == 0 || c->handle_size == XSEG_HANDLE_PAGE ||
+        c->handle_size >= c->page_size)
         return XSEG_OK;
     err_add(err, errlen, &pos,
-            "xseg conf: bad value \"%zu\" for key \"handle_size\": expected auto or "
-            "a power-of-two multiple of page_size (%zu)",
+            "xseg conf: bad value \"%zu\" for key \"handle_size\": expected auto, "
+            "page or a power-of-two multiple of page_size (%zu)",
             c->handle_size, c->page_size);
     return XSEG_ERR_CONFIG;
 }

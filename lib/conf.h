@@ -21,11 +21,12 @@ typedef enum xseg_backend_kind {
 
 #define XSEG_SIZE_AUTO ((size_t)0)
 #define XSEG_SIZE_UNLIMITED ((size_t)-1)
+#define XSEG_HANDLE_PAGE ((size_t)1) /* handle_size:page: one handle per page */
 
 typedef struct xseg_conf {
     xseg_backend_kind backend;   /* backend: auto|cuda|host (auto) */
     size_t page_size;            /* page_size: 0 = driver granularity */
-    size_t handle_size;          /* handle_size: 0 = auto heuristic */
+    size_t handle_size;          /* handle_size: 0 = auto heuristic, XSEG_HANDLE_PAGE = page */
     size_t va_size;              /* va_size: 0 = auto (4 x device memory) */
     size_t max_mapped;           /* max_mapped: 0 = no cap */
     double memory_fraction;      /* memory_fraction: 0 = no cap, (0,1] */

@@ -201,20 +201,13 @@ static char *pool_conf(void)
 {
     static const char fmt[] = "%s,max_mapped:none,memory_fraction:0,gc_threshold:0,"
                               "release_threshold:unlimited,alloc_retries:1,caching:on,"
-                              "stats_shm:off,handle_size:%s";
+                              "stats_shm:off,handle_size:page";
     const char *env = getenv("XSEG_CONF");
     env = env ? env : "";
-    xseg_conf c;
-    xseg_conf_defaults(&c);
-    if (xseg_conf_parse(&c, env, NULL, 0) != XSEG_OK)
-        c.page_size = 0; /* xseg_create reports the error */
-    char handle[32] = "2MB";
-    if (c.page_size)
-        snprintf(handle, sizeof handle, "%zu", c.page_size);
-    size_t len = strlen(env) + sizeof fmt + sizeof handle;
+    size_t len = strlen(env) + sizeof fmt;
     char *text = malloc(len);
     if (text)
-        snprintf(text, len, fmt, env, handle);
+        snprintf(text, len, fmt, env);
     return text;
 }
 

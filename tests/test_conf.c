@@ -211,6 +211,9 @@ START_TEST(test_handle_size)
     ck_assert_uint_eq(parse_ok("handle_size:8MB,handle_size:0").handle_size, 0);
     ck_assert_uint_eq(parse_ok("page_size:2MB,handle_size:2MB").handle_size, 2 * MIB);
     ck_assert_uint_eq(parse_ok("handle_size:64MB,page_size:2MB").handle_size, 64 * MIB);
+    ck_assert_uint_eq(parse_ok("handle_size:page").handle_size, XSEG_HANDLE_PAGE);
+    ck_assert_uint_eq(parse_ok("page_size:64KB,handle_size:page").handle_size, XSEG_HANDLE_PAGE);
+    parse_bad("handle_size:pages", "handle_size", "pages");
     parse_bad("handle_size:20MB", "handle_size", "20MB");
     parse_bad("handle_size:1KB", "handle_size", "1KB");
     /* Must be a multiple of an explicit page size. */

@@ -251,6 +251,28 @@ START_TEST(placement_start_aligns_whole_pages)
 }
 END_TEST
 
+/* 300 MiB in one request: auto maps it with 256+32+8+4 MiB handles,
+ * handle_size:page with one 2 MiB handle per page, 32MB with 9 of 32 MiB
+ * then 8+4 MiB. */
+static uint64_t handles_for_300mib(const char *conf)
+{
+    xseg_t *xs = t_host(conf);
+    void *p;
+    ck_assert_int_eq(xseg_alloc(xs, 300 * MiB, S1, &p), XSEG_OK);
+    uint64_t n = t_stats(xs).handles.current;
+    ck_assert_int_eq(xseg_free(xs, p), XSEG_OK);
+    xseg_destroy(xs);
+    return n;
+}
+
+START_TEST(handle_size_sets_handles)
+{
+    ck_assert_uint_eq(handles_for_300mib(NULL), 4);
+    ck_assert_uint_eq(handles_for_300mib("handle_size:page"), 150);
+    ck_assert_uint_eq(handles_for_300mib("handle_size:32MB"), 9 + 2);
+}
+END_TEST
+
 /* The GPU still uses S1's cached 32 MiB when S2 needs 40 MiB: with
  * release_wait (the default) xseg waits for S1 and unmaps its block, so
  * mapped memory stays at the peak of live bytes; without, it maps over. */
@@ -534,6 +556,7 @@ static Suite *suite(void)
     tcase_add_test(tc, growth_stretches_cached_block);
     tcase_add_test(tc, placement_start_packs_in_order);
     tcase_add_test(tc, placement_start_aligns_whole_pages);
+    tcase_add_test(tc, handle_size_sets_handles);
     tcase_add_test(tc, split_checks_gpu_only_when_possible);
     tcase_add_test(tc, split_spans_free_blocks_of_several_owners);
     tcase_add_test(tc, other_streams_idle_cache_is_adopted);

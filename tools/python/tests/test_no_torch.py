@@ -191,18 +191,27 @@ sys.path.insert(0, {tests!r})
 from test_no_torch import fake_torch
 sys.modules["torch"] = fake_torch()[0]
 import xseg
-xseg.install({{"max_mapped": "1GB"}})
+xseg.install({conf!r})
 print(os.environ["XSEG_CONF"])
 print(xseg.raw_stats(0).mapped_cap)
 """
 
 
 class InstallConf(unittest.TestCase):
-    def test_conf_is_set_with_verbose(self):
-        code = INSTALL_WITH_CONF.format(tests=str(_common.Path(__file__).resolve().parent))
+    def install(self, conf):
+        code = INSTALL_WITH_CONF.format(tests=str(_common.Path(__file__).resolve().parent),
+                                        conf=conf)
         r = _common.run_py(code, env={"XSEG_CONF": None})
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertEqual(r.stdout.split(), ["max_mapped:1GB,verbose:on", str(1 << 30)])
+        return r.stdout.split()
+
+    def test_conf_is_set_with_torch_defaults(self):
+        self.assertEqual(self.install({"max_mapped": "1GB"}),
+                         ["max_mapped:1GB,verbose:on,handle_size:page", str(1 << 30)])
+
+    def test_named_keys_are_kept(self):
+        self.assertEqual(self.install("handle_size:auto,verbose:off"),
+                         ["handle_size:auto,verbose:off", "0"])
 
 
 class OldTorchWithoutGraphHooks(WithTorch):

@@ -82,7 +82,8 @@ def install(conf=None, patch_torch=True):
     """Switch PyTorch to xseg; call before PyTorch's first CUDA allocation.
 
     conf: None (XSEG_CONF), a "key:value,..." string or a dict
-    (docs/config.md); verbose:on is added unless it names verbose.  patch_torch: make torch.cuda.memory_stats and the
+    (docs/config.md); verbose:on and handle_size:page are added for the
+    keys it does not name (TORCH_DEFAULTS).  patch_torch: make torch.cuda.memory_stats and the
     functions built on it (memory_allocated, max_memory_reserved, ...),
     reset_peak_memory_stats and memory_summary read xseg, since PyTorch's
     pluggable allocator does not support them.  Returns the
@@ -105,13 +106,23 @@ def install(conf=None, patch_torch=True):
         return alloc
 
 
+# What install() adds to the conf unless it names the key.  verbose: PyTorch
+# cannot report a failed pluggable allocation (it gets a NULL pointer), so
+# the library's message goes to stderr.  handle_size: a training or serving
+# loop runs at its peak step after step; memory mapped with one handle per
+# page moves between blocks without splitting a large handle, which costs
+# a wait for the GPU and new handles (docs/pytorch.md).
+TORCH_DEFAULTS = (("verbose", "on"), ("handle_size", "page"))
+
+
 def apply_conf(text):
-    """Set the conf, with verbose:on unless it names verbose: PyTorch cannot
-    report a failed pluggable allocation (it gets a NULL pointer), so the
-    library's message goes to stderr.  Returns the conf set (None: none)."""
+    """Set the conf, with TORCH_DEFAULTS added for the keys it does not
+    name.  Returns the conf set (None: none)."""
     full = _conf.effective_text(text)
-    if "verbose" not in _conf.items(full):
-        full = f"{full},verbose:on" if full else "verbose:on"
+    named = _conf.items(full)
+    for key, value in TORCH_DEFAULTS:
+        if key not in named:
+            full = f"{full},{key}:{value}" if full else f"{key}:{value}"
     try:
         return _conf.set_conf(full)
     except XsegError:
