@@ -45,7 +45,7 @@ static void replay_file(const char *name, double max_ratio, double max_ops_per_1
     xseg_trace_free(t);
 }
 
-/* 1.025 with placement:start (the default since the live-model runs:
+/* 1.023 with placement:start (the default since the live-model runs:
  * 4-10x fewer page moves there); placement:pages gives 1.021 here
  * (docs/performance.md). */
 START_TEST(llama_serve)
