@@ -269,15 +269,20 @@ static size_t place_cost(const xseg_t *xs, const xblock *b, uintptr_t at, size_t
     return (unmapped << 24) + new_pages(xs, b, at, size);
 }
 
-static size_t pages_touched(size_t p, uintptr_t at, size_t size)
+/* placement:start for [at, end): the start, but a block of whole pages goes
+ * up to the next page boundary when it fits there, so that it touches only
+ * its own pages (16 MiB from an unaligned start: 9 pages, from a boundary
+ * 8). */
+static uintptr_t place_start(size_t p, uintptr_t at, uintptr_t end, size_t size)
 {
-    return ((at + size - 1) / p) - (at / p) + 1;
+    uintptr_t up = (at + p - 1) & ~(uintptr_t)(p - 1);
+    return size >= p && !(size & (p - 1)) && up + size <= end ? up : at;
 }
 
 /* Where in free block b to put `size` bytes.  placement:start (default)
- * takes its start, as PyTorch does: the rest stays one free block after
- * the new one, and a workload that repeats itself finds its blocks where
- * they were.  placement:pages takes the start (packing against the block
+ * takes its start (see place_start), as PyTorch does: the rest stays one
+ * free block after the new one, and a workload that repeats itself finds
+ * its blocks where they were.  placement:pages takes the start (packing against the block
  * before), the end (packing against the block after) or the first page
  * boundary, whichever costs least (ties: the start). */
 static uintptr_t place(const xseg_t *xs, const xblock *b, size_t size)
@@ -286,15 +291,8 @@ static uintptr_t place(const xseg_t *xs, const xblock *b, size_t size)
     uintptr_t best = b->addr, end = b->addr + b->size;
     if (b->size == size)
         return best;
-    if (xs->conf.placement == XSEG_PLACE_START) {
-        /* Moved up to the next page boundary when it fits there and
-         * touches one page fewer (a 16 MiB block: 8 pages, not 9). */
-        uintptr_t up = (best + p - 1) & ~(uintptr_t)(p - 1);
-        if (size < p || (size & (p - 1)) || up + size > end ||
-            pages_touched(p, up, size) >= pages_touched(p, best, size))
-            return best;
-        return up;
-    }
+    if (xs->conf.placement == XSEG_PLACE_START)
+        return place_start(p, best, end, size);
     size_t cost = place_cost(xs, b, best, size);
     uintptr_t cand[2] = {(b->addr + p - 1) & ~(uintptr_t)(p - 1), end - size};
     for (int i = 0; i < 2; i++) {
