@@ -608,16 +608,17 @@ def rows(results, w):
 
 
 def table(results, verdict):
-    head = (f"{'workload':8s} {'mode':10s} {'peak dev GiB':>12s} {'polled GiB':>10s} "
+    mw = max([10] + [len(m) for (_, m) in results])  # variant names are longer
+    head = (f"{'workload':8s} {'mode':{mw}s} {'peak dev GiB':>12s} {'polled GiB':>10s} "
             f"{'reserved':>9s} {'allocated':>9s} {'throughput':>12s} {'vs native':>9s}  output")
     lines = [head, "-" * len(head)]
     for w in WORKLOADS:
         for m, r, pct in rows(results, w):
             if "error" in r:
-                lines.append(f"{w:8s} {m:10s} ERROR: {r['error'][:90]}")
+                lines.append(f"{w:8s} {m:{mw}s} ERROR: {r['error'][:90]}")
                 continue
             rel = f"{pct:+8.2f}%" if pct is not None else f"{'-':>9s}"
-            lines.append(f"{w:8s} {m:10s} {fmt_gib(r['peak_device_bytes']):>12s} "
+            lines.append(f"{w:8s} {m:{mw}s} {fmt_gib(r['peak_device_bytes']):>12s} "
                          f"{fmt_gib(r['peak_drop_polled_bytes']):>10s} "
                          f"{fmt_gib(r['peak_reserved_bytes']):>9s} "
                          f"{fmt_gib(r['peak_allocated_bytes']):>9s} "

@@ -88,6 +88,13 @@ class VariantTest(unittest.TestCase):
         self.assertAlmostEqual(verdict["variants"][v]["throughput_vs_native"], 1.01)
         modes = [m for m, _, _ in bm.rows(results, "gpt2")]
         self.assertEqual(modes, ["native", "expandable", "xseg", v])
+        for r in results.values():
+            r.update(peak_drop_polled_bytes=r["peak_device_bytes"], peak_reserved_bytes=1,
+                     peak_allocated_bytes=1, throughput_unit="training tokens/s")
+        lines = bm.table(results, bm.compare(results)).splitlines()
+        # the variant's full name, then its columns where the others have theirs
+        self.assertEqual(lines[5].split()[1], v)
+        self.assertEqual(lines[2].index("0.000"), lines[5].index("0.000"))
         results[("gpt2", v)]["output_hash"] = "other"
         self.assertFalse(bm.compare(results)["gpt2"]["outputs_identical"])
 
