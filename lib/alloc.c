@@ -269,32 +269,26 @@ static size_t place_cost(const xseg_t *xs, const xblock *b, uintptr_t at, size_t
     return (unmapped << 24) + new_pages(xs, b, at, size);
 }
 
-/* placement:start for [at, end): the start, but a block of whole pages goes
- * up to the next page boundary when it fits there, so that it touches only
- * its own pages (16 MiB from an unaligned start: 9 pages, from a boundary
- * 8). */
-static uintptr_t place_start(size_t p, uintptr_t at, uintptr_t end, size_t size)
-{
-    uintptr_t up = (at + p - 1) & ~(uintptr_t)(p - 1);
-    return size >= p && !(size & (p - 1)) && up + size <= end ? up : at;
-}
-
 /* Where in free block b to put `size` bytes.  placement:start (default)
- * takes its start (see place_start), as PyTorch does: the rest stays one
- * free block after the new one, and a workload that repeats itself finds
- * its blocks where they were.  placement:pages takes the start (packing against the block
- * before), the end (packing against the block after) or the first page
- * boundary, whichever costs least (ties: the start). */
+ * takes its start, as PyTorch does: the rest stays one free block after
+ * the new one, and a workload that repeats itself finds its blocks where
+ * they were.  But a block of whole pages goes up to the first page
+ * boundary when it fits there, so that it touches only its own pages
+ * (16 MiB from an unaligned start: 9 pages, from a boundary 8).
+ * placement:pages takes the start (packing against the block before), the
+ * end (packing against the block after) or the first page boundary,
+ * whichever costs least (ties: the start). */
 static uintptr_t place(const xseg_t *xs, const xblock *b, size_t size)
 {
     size_t p = xs->arena.page;
     uintptr_t best = b->addr, end = b->addr + b->size;
+    uintptr_t up = (best + p - 1) & ~(uintptr_t)(p - 1); /* the first page boundary */
     if (b->size == size)
         return best;
     if (xs->conf.placement == XSEG_PLACE_START)
-        return place_start(p, best, end, size);
+        return size >= p && !(size & (p - 1)) && up + size <= end ? up : best;
     size_t cost = place_cost(xs, b, best, size);
-    uintptr_t cand[2] = {(b->addr + p - 1) & ~(uintptr_t)(p - 1), end - size};
+    uintptr_t cand[2] = {up, end - size};
     for (int i = 0; i < 2; i++) {
         if (cand[i] < b->addr || cand[i] + size > end || cand[i] == best)
             continue;
