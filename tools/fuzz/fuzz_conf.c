@@ -22,10 +22,16 @@ static void check_ranges(const xseg_conf *c)
 {
     if (c->backend < XSEG_BACKEND_AUTO || c->backend > XSEG_BACKEND_HOST)
         abort();
+    /* handle_size: 0 (auto), XSEG_HANDLE_PAGE (page) or a power of two
+     * >= 4KB and >= an explicit page_size. */
+    int handle_bytes = c->handle_size && c->handle_size != XSEG_HANDLE_PAGE;
     if ((c->page_size && (!is_pow2(c->page_size) || c->page_size < 4096)) ||
-        (c->handle_size && (!is_pow2(c->handle_size) || c->handle_size < 4096)))
+        (handle_bytes && (!is_pow2(c->handle_size) || c->handle_size < 4096)))
         abort();
-    if (c->page_size && c->handle_size && c->handle_size < c->page_size)
+    if (c->page_size && handle_bytes && c->handle_size < c->page_size)
+        abort();
+    if (!(c->release_slack >= 0.0 && c->release_slack < 1.0) ||
+        (c->placement != XSEG_PLACE_START && c->placement != XSEG_PLACE_PAGES))
         abort();
     if (!(c->memory_fraction >= 0.0 && c->memory_fraction <= 1.0) ||
         !(c->gc_threshold >= 0.0 && c->gc_threshold < 1.0))
@@ -53,7 +59,8 @@ static int same(const xseg_conf *a, const xseg_conf *b)
            a->roundup_power2_divisions == b->roundup_power2_divisions &&
            a->caching == b->caching && a->host_capacity == b->host_capacity &&
            a->small_size == b->small_size && a->verbose == b->verbose &&
-           a->stats_shm == b->stats_shm && a->history == b->history;
+           a->stats_shm == b->stats_shm && a->history == b->history &&
+           a->release_slack == b->release_slack && a->placement == b->placement;
 }
 
 static void fuzz_parse(const char *text, size_t errlen)
