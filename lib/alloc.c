@@ -98,8 +98,15 @@ static xfreeidx *index_of(xseg_t *xs, xblock *b)
     return b->owner ? &b->owner->idx : &xs->neutral;
 }
 
+/* An epoch means something only to the stream that stamped it: a neutral
+ * block carries none, so neutral space merged into a stream's block (by
+ * absorb, a carve, or a stretch) never hands that stream an epoch of
+ * another stream that it may never reach (reclaim would wait on it for
+ * ever, and trim(0) could not return the memory). */
 static void free_insert(xseg_t *xs, xblock *b)
 {
+    if (!b->owner)
+        b->epoch = 0;
     b->flags |= XB_FREE;
     xfi_insert(index_of(xs, b), b);
 }
@@ -156,6 +163,8 @@ static xblock *coalesce(xseg_t *xs, xblock *b, int to_lru)
 
 /* ---- reclaim ---- */
 
+static xblock *make_neutral(xseg_t *xs, xblock *b, int to_lru);
+
 /* Unmap whole handles inside a free block (at least `want` bytes, or all)
  * once the GPU is done with it.  A block left with nothing to release
  * leaves the LRU and becomes neutral.  Returns bytes released. */
@@ -168,9 +177,7 @@ static size_t reclaim_block(xseg_t *xs, xblock *b, size_t want, int *refused)
         return got; /* refused, or enough: the rest stays cached */
     lru_remove(xs, b);
     if (b->owner) {
-        free_remove(xs, b);
-        b->owner = NULL;
-        b = coalesce(xs, b, 0);
+        b = make_neutral(xs, b, 0);
         /* Pages shared with neutral neighbours are whole inside it now. */
         got += xarena_release_inside(xs, b->addr, b->addr + b->size, want - got, &err);
         *refused = err;
@@ -342,12 +349,13 @@ static xblock *carve(xseg_t *xs, xblock *b, size_t size, xstream *s)
 }
 
 /* Free cached block b becomes neutral space (merged with its neutral
- * neighbours); returns the merged block. */
+ * neighbours; its epoch goes, see free_insert); returns the merged block. */
 static xblock *make_neutral(xseg_t *xs, xblock *b, int to_lru)
 {
     free_remove(xs, b);
     lru_remove(xs, b);
     b->owner = NULL;
+    b->epoch = 0;
     return coalesce(xs, b, to_lru);
 }
 
@@ -514,7 +522,9 @@ static xblock *find_block(xseg_t *xs, xstream *s, size_t size, xstream **from, u
         xblock *m = beat ? stretch(xs, s, size, beat, &at, epoch) : NULL;
         if (m) {
             *from = s;
-            return carve_at(xs, m, at, size, s);
+            m = carve_at(xs, m, at, size, s);
+            m->epoch = *epoch; /* it covers the stretched block: its epoch, no other */
+            return m;
         }
     }
     if (!n)
@@ -775,6 +785,7 @@ static xblock *find_after_flush(xseg_t *xs, xstream *s, size_t size, xblock *b,
         return b;
     if (!*from)
         b->owner = NULL; /* it came from neutral space */
+    b->epoch = *from ? *epoch : 0; /* what its old contents wait for, on its owner */
     coalesce(xs, b, 1);
     xtc_flush_all(xs);
     return find_block(xs, s, size, from, epoch);
