@@ -174,6 +174,23 @@ XSEG_API const char *xseg_backend_name(const xseg_t *xs);
  * device label), for a server's own /metrics.  Same buffer rules as
  * xseg_stats_json. */
 XSEG_API xseg_status xseg_stats_prometheus(xseg_t *xs, char *buf, size_t cap, size_t *len);
+/* One allocator's stats for xseg_stats_prometheus_render, with labels put
+ * before `device` on each of its samples (xseg-top: pid, process, slot). */
+typedef struct xseg_prom_source {
+    const xseg_stats *stats;  /* its size field tells how much of it is there */
+    const char *backend;      /* xseg_info's backend label; NULL: "" */
+    const char *version;      /* xseg_info's version label; NULL: xseg_version() */
+    size_t nlabels;           /* at most XSEG_PROM_MAX_LABELS */
+    const char *const *label_names;  /* [a-zA-Z_][a-zA-Z0-9_]*, not device/op/backend/version */
+    const char *const *label_values; /* any bytes: escaped, invalid UTF-8 becomes U+FFFD */
+} xseg_prom_source;
+#define XSEG_PROM_MAX_LABELS 8
+/* The text of xseg_stats_prometheus for n allocators at once: each family's
+ * HELP and TYPE lines once, then one sample per source (n = 0: the comment
+ * lines alone).  xseg_stats_prometheus(xs) is this for one source without
+ * labels.  Same buffer rules as xseg_stats_json. */
+XSEG_API xseg_status xseg_stats_prometheus_render(const xseg_prom_source *src, size_t n,
+                                                  char *buf, size_t cap, size_t *len);
 /* Every segment (mapped and unmapped ranges, handles) and every block
  * (address, size, requested size, state, stream) as JSON. */
 XSEG_API xseg_status xseg_snapshot_json(xseg_t *xs, char *buf, size_t cap, size_t *len);

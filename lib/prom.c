@@ -1,9 +1,14 @@
 /* prom.c: the stats in the Prometheus text exposition format (version
  * 0.0.4): a HELP and a TYPE line per metric family, base units (bytes),
  * `_bytes` / `_total` suffixes, and a `device` label on every sample, for a
- * server to add to its own /metrics.  Driven by a table of families. */
+ * server to add to its own /metrics.  Driven by one table of families, for
+ * one allocator (xseg_stats_prometheus) or many with extra labels
+ * (xseg_stats_prometheus_render: xseg-top renders every published record
+ * with it, so both texts have the same families and HELP lines). */
 #include <stddef.h>
+#include <stdlib.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "internal.h"
 #include "textbuf.h"
@@ -79,50 +84,140 @@ static uint64_t field(const xseg_stats *s, size_t off)
     return *(const uint64_t *)(const void *)((const char *)s + off);
 }
 
-static void family(xtb *b, const pfamily *f, const xseg_stats *s)
+/* A source checked and with its stats copied whole (an older caller's
+ * shorter struct reads as zeros past its size). */
+typedef struct psrc {
+    xseg_stats st;
+    const xseg_prom_source *src;
+} psrc;
+
+/* Length of the valid UTF-8 sequence at s (RFC 3629: no overlong forms, no
+ * surrogates, nothing above U+10FFFF), 0 when the bytes are not one. */
+static size_t utf8_seq(const unsigned char *s)
 {
-    xtb_put(b, "# HELP %s %s\n# TYPE %s %s\n%s{device=\"%d\"} %llu\n", f->name, f->help, f->name,
-         f->type, f->name, s->device, (ull)field(s, f->off));
+    unsigned c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    unsigned lo = 0x80, hi = 0xbf; /* the allowed range of the second byte */
+    if (c == 0xe0)
+        lo = 0xa0;
+    else if (c == 0xed)
+        hi = 0x9f;
+    else if (c == 0xf0)
+        lo = 0x90;
+    else if (c == 0xf4)
+        hi = 0x8f;
+    if (n && (s[1] < lo || s[1] > hi))
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if (s[i] < 0x80 || s[i] > 0xbf)
+            return 0;
+    return n;
 }
 
-static void cap_family(xtb *b, const xseg_stats *s)
+/* A label value: backslash, double quote and newline escaped, each byte
+ * that is not part of valid UTF-8 replaced by U+FFFD, so the text is always
+ * valid UTF-8 whatever bytes a process name holds. */
+static void label_value(xtb *b, const char *v)
+{
+    const unsigned char *s = (const unsigned char *)(v ? v : "");
+    while (*s) {
+        size_t n = utf8_seq(s);
+        if (*s == '\\' || *s == '"')
+            xtb_put(b, "\\%c", *s);
+        else if (*s == '\n')
+            xtb_put(b, "\\n");
+        else if (n)
+            xtb_put(b, "%.*s", (int)n, (const char *)s);
+        else
+            xtb_put(b, "\xef\xbf\xbd");
+        s += n ? n : 1;
+    }
+}
+
+/* `name{extra labels,device="N"` (the caller adds its own labels and `}`). */
+static void open_sample(xtb *b, const char *name, const psrc *p)
+{
+    xtb_put(b, "%s{", name);
+    for (size_t i = 0; i < p->src->nlabels; i++) {
+        xtb_put(b, "%s=\"", p->src->label_names[i]);
+        label_value(b, p->src->label_values[i]);
+        xtb_put(b, "\",");
+    }
+    xtb_put(b, "device=\"%d\"", p->st.device);
+}
+
+static void family(xtb *b, const pfamily *f, const psrc *p, size_t n)
+{
+    xtb_put(b, "# HELP %s %s\n# TYPE %s %s\n", f->name, f->help, f->name, f->type);
+    for (size_t i = 0; i < n; i++) {
+        open_sample(b, f->name, &p[i]);
+        xtb_put(b, "} %llu\n", (ull)field(&p[i].st, f->off));
+    }
+}
+
+static void cap_family(xtb *b, const psrc *p, size_t n)
 {
     xtb_put(b, "# HELP xseg_mapped_cap_bytes Cap on mapped bytes in force (+Inf: no cap).\n"
             "# TYPE xseg_mapped_cap_bytes gauge\n");
-    if (s->mapped_cap)
-        xtb_put(b, "xseg_mapped_cap_bytes{device=\"%d\"} %llu\n", s->device, (ull)s->mapped_cap);
-    else
-        xtb_put(b, "xseg_mapped_cap_bytes{device=\"%d\"} +Inf\n", s->device);
+    for (size_t i = 0; i < n; i++) {
+        open_sample(b, "xseg_mapped_cap_bytes", &p[i]);
+        if (p[i].st.mapped_cap)
+            xtb_put(b, "} %llu\n", (ull)p[i].st.mapped_cap);
+        else
+            xtb_put(b, "} +Inf\n");
+    }
 }
 
-static void driver_family(xtb *b, const xseg_stats *s)
+static void driver_family(xtb *b, const psrc *p, size_t n)
 {
     xtb_put(b, "# HELP xseg_driver_calls_total Driver calls by operation.\n"
             "# TYPE xseg_driver_calls_total counter\n");
-    for (int i = 0; i < XSEG_OP_COUNT; i++)
-        xtb_put(b, "xseg_driver_calls_total{device=\"%d\",op=\"%s\"} %llu\n", s->device,
-             xseg_op_name((xseg_op)i), (ull)s->driver_calls[i]);
+    for (size_t i = 0; i < n; i++)
+        for (int op = 0; op < XSEG_OP_COUNT; op++) {
+            open_sample(b, "xseg_driver_calls_total", &p[i]);
+            xtb_put(b, ",op=\"%s\"} %llu\n", xseg_op_name((xseg_op)op),
+                    (ull)p[i].st.driver_calls[op]);
+        }
 }
 
-static void info_family(xtb *b, const xseg_stats *s, const char *backend)
+static void info_family(xtb *b, const psrc *p, size_t n)
 {
-    xtb_put(b, "# HELP xseg_info Allocator information (always 1).\n# TYPE xseg_info gauge\n"
-            "xseg_info{device=\"%d\",backend=\"%s\",version=\"%s\"} 1\n",
-         s->device, backend, xseg_version());
+    xtb_put(b, "# HELP xseg_info Allocator information (always 1).\n# TYPE xseg_info gauge\n");
+    for (size_t i = 0; i < n; i++) {
+        const xseg_prom_source *s = p[i].src;
+        open_sample(b, "xseg_info", &p[i]);
+        xtb_put(b, ",backend=\"");
+        label_value(b, s->backend);
+        xtb_put(b, "\",version=\"");
+        label_value(b, s->version ? s->version : xseg_version());
+        xtb_put(b, "\"} 1\n");
+    }
 }
 
-size_t xseg_render_prometheus(const xseg_stats *s, const char *backend, char *buf, size_t cap);
-size_t xseg_render_prometheus(const xseg_stats *s, const char *backend, char *buf, size_t cap)
+static size_t render(const psrc *p, size_t n, char *buf, size_t cap)
 {
     xtb b = {buf, cap, 0};
-    info_family(&b, s, backend);
+    info_family(&b, p, n);
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
-        family(&b, &families[i], s);
-    cap_family(&b, s);
-    driver_family(&b, s);
+        family(&b, &families[i], p, n);
+    cap_family(&b, p, n);
+    driver_family(&b, p, n);
     if (cap)
         buf[b.len < cap ? b.len : cap - 1] = '\0';
     return b.len;
+}
+
+/* Store the length, and fail when the text and its NUL did not fit. */
+static xseg_status finish(xseg_t *xs, const char *who, size_t n, size_t cap, size_t *len)
+{
+    if (len)
+        *len = n;
+    if (n + 1 > cap)
+        return xseg_fail(xs, XSEG_ERR_BUFFER_TOO_SMALL, "%s: %zu bytes needed, buffer has %zu",
+                         who, n + 1, cap);
+    return XSEG_OK;
 }
 
 xseg_status xseg_stats_prometheus(xseg_t *xs, char *buf, size_t cap, size_t *len)
@@ -135,11 +230,70 @@ xseg_status xseg_stats_prometheus(xseg_t *xs, char *buf, size_t cap, size_t *len
     xseg_status rc = xseg_get_stats(xs, &st);
     if (rc != XSEG_OK)
         return rc;
-    size_t n = xseg_render_prometheus(&st, xseg_backend_name(xs), buf, cap);
-    if (len)
-        *len = n;
-    if (n + 1 > cap)
-        return xseg_fail(xs, XSEG_ERR_BUFFER_TOO_SMALL,
-                         "xseg_stats_prometheus: %zu bytes needed, buffer has %zu", n + 1, cap);
+    xseg_prom_source src = {&st, xseg_backend_name(xs), NULL, 0, NULL, NULL};
+    psrc p = {st, &src};
+    return finish(xs, "xseg_stats_prometheus", render(&p, 1, buf, cap), cap, len);
+}
+
+static int label_name_ok(const char *s)
+{
+    static const char *const reserved[] = {"device", "op", "backend", "version"};
+    if (!s || !*s || (s[0] == '_' && s[1] == '_') || (s[0] >= '0' && s[0] <= '9'))
+        return 0;
+    for (const char *c = s; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+              *c == '_'))
+            return 0;
+    for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++)
+        if (strcmp(s, reserved[i]) == 0)
+            return 0;
+    return 1;
+}
+
+/* Check source i and copy its stats into p (NULL: check only). */
+static xseg_status take_source(const xseg_prom_source *s, size_t i, psrc *p)
+{
+    const char *who = "xseg_stats_prometheus_render";
+    if (!s->stats || s->stats->size < offsetof(xseg_stats, allocated_bytes))
+        return xseg_fail(NULL, XSEG_ERR_INVALID_ARG, "%s: source %zu has %s", who, i,
+                         s->stats ? "a stats size under 16" : "no stats");
+    if (s->nlabels > XSEG_PROM_MAX_LABELS || (s->nlabels && (!s->label_names || !s->label_values)))
+        return xseg_fail(NULL, XSEG_ERR_INVALID_ARG,
+                         "%s: source %zu has %zu labels (at most %d, names and values given)",
+                         who, i, s->nlabels, XSEG_PROM_MAX_LABELS);
+    for (size_t k = 0; k < s->nlabels; k++)
+        if (!label_name_ok(s->label_names[k]))
+            return xseg_fail(NULL, XSEG_ERR_INVALID_ARG,
+                             "%s: source %zu, label %zu: name '%s' is not [a-zA-Z_][a-zA-Z0-9_]* "
+                             "or is reserved (device, op, backend, version, __*)",
+                             who, i, k, s->label_names[k] ? s->label_names[k] : "(null)");
+    if (p) {
+        size_t sz = s->stats->size < sizeof p->st ? s->stats->size : sizeof p->st;
+        memset(&p->st, 0, sizeof p->st);
+        memcpy(&p->st, s->stats, sz);
+        p->src = s;
+    }
     return XSEG_OK;
+}
+
+xseg_status xseg_stats_prometheus_render(const xseg_prom_source *src, size_t n, char *buf,
+                                         size_t cap, size_t *len)
+{
+    if ((!src && n) || (!buf && cap))
+        return xseg_fail(NULL, XSEG_ERR_INVALID_ARG, "xseg_stats_prometheus_render: %s is NULL",
+                         buf || !cap ? "src" : "buf");
+    for (size_t i = 0; i < n; i++) {
+        xseg_status rc = take_source(&src[i], i, NULL);
+        if (rc != XSEG_OK)
+            return rc;
+    }
+    psrc *p = n ? calloc(n, sizeof *p) : NULL;
+    if (n && !p)
+        return xseg_fail(NULL, XSEG_ERR_OOM,
+                         "xseg_stats_prometheus_render: no host memory for %zu sources", n);
+    for (size_t i = 0; i < n; i++)
+        take_source(&src[i], i, &p[i]);
+    size_t need = render(p, n, buf, cap);
+    free(p);
+    return finish(NULL, "xseg_stats_prometheus_render", need, cap, len);
 }

@@ -3,11 +3,13 @@
  *
  * The process's file $XSEG_SHM_DIR/xseg.<pid> (layout: shm_format.h) is made
  * when its first publishing allocator is created and removed when the last
- * one is destroyed (or at exit).  Each allocator claims one record; an
- * update copies ten counters into it under a seqlock (the 25 others only
- * when a driver call, trim, retry or cap change may have moved them): a
- * bounded number of relaxed stores, no system call, no lock beyond the
- * allocator's own (which the caller holds). */
+ * one is destroyed (or at exit).  Each allocator claims one record, which
+ * holds every number of the public xseg_stats; an update copies the 19
+ * that move on alloc / free into it under a seqlock (all of them, through
+ * xseg_fill_stats, when a driver call, trim, retry, cap change or peak reset
+ * may have moved the others, and every 64th update): a bounded number of
+ * relaxed stores, no system call, no lock beyond the allocator's own (which
+ * the caller holds). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -55,45 +57,57 @@ static void put(xseg_shm_record *r, unsigned f, uint64_t v)
 
 /* ---- the hot-path update ---- */
 
-/* Fields that change on (nearly) every alloc / free. */
+/* Fields that change on (nearly) every alloc / free, from the allocator's
+ * counters as xseg_fill_stats reads them (thread caches are off with
+ * stats_shm, so no per-thread corrections apply). */
 static void put_hot(xseg_t *xs, xseg_shm_record *r, uint64_t updates)
 {
+    uint64_t cached = xs->mapped.cur > xs->allocated.cur ? xs->mapped.cur - xs->allocated.cur : 0;
+    if (cached > xs->cached_peak)
+        xs->cached_peak = cached;
     put(r, XSF_UPDATES, updates);
     put(r, XSF_ALLOCATED, xs->allocated.cur);
     put(r, XSF_ALLOCATED_PEAK, xs->allocated.peak);
+    put(r, XSF_ALLOCATED_TOTAL, xs->allocated.total);
     put(r, XSF_REQUESTED, xs->requested.cur);
+    put(r, XSF_REQUESTED_PEAK, xs->requested.peak);
+    put(r, XSF_REQUESTED_TOTAL, xs->requested.total);
     put(r, XSF_ACTIVE, xs->active.cur);
+    put(r, XSF_ACTIVE_PEAK, xs->active.peak);
+    put(r, XSF_ACTIVE_TOTAL, xs->active.total);
     put(r, XSF_MAPPED, xs->mapped.cur);
     put(r, XSF_MAPPED_PEAK, xs->mapped.peak);
+    put(r, XSF_CACHED, cached);
+    put(r, XSF_CACHED_PEAK, xs->cached_peak);
+    put(r, XSF_CACHED_TOTAL, xs->released + cached);
     put(r, XSF_ALLOC_CALLS, xs->alloc_calls);
     put(r, XSF_FREE_CALLS, xs->free_calls);
     put(r, XSF_OOMS, xs->ooms);
-}
-
-/* Fields that change only along with a driver call, a trim, a retry, a GC
- * run or a new cap. */
-static void put_cold(xseg_t *xs, xseg_shm_record *r)
-{
-    put(r, XSF_CAP, xs->cap == SIZE_MAX ? 0 : xs->cap);
-    put(r, XSF_VA, xs->va.cur);
-    put(r, XSF_SEGMENTS, xs->segments.cur);
-    put(r, XSF_HANDLES, xs->handles.cur);
-    put(r, XSF_RETRIES, xs->retries);
-    put(r, XSF_TRIMS, xs->trims);
-    put(r, XSF_GC_RUNS, xs->gc_runs);
-    put(r, XSF_SYNCS, xs->syncs);
-    put(r, XSF_RELEASED, xs->released);
-    put(r, XSF_DRIVER_ERRORS, xs->drv_errors);
     put(r, XSF_DEFERRED, xs->deferred);
-    for (unsigned i = 0; i < XSEG_OP_COUNT && i < XSEG_SHM_OPS; i++)
-        put(r, XSF_DRV + i, xs->drv_calls[i]);
 }
 
-/* Changes whenever a cold field may have changed (a sum of loads: cheaper
- * than the stores it saves on the common path without driver calls). */
+/* Every number of the public stats, filled by xseg_fill_stats itself (the
+ * source of xseg_get_stats): after a driver call, trim, retry, GC run, cap
+ * change or peak reset, and every 64th update (largest_free_block walks
+ * the free indexes, too slow for every update). */
+static void put_all(xseg_t *xs, xseg_shm_record *r, uint64_t updates)
+{
+    xseg_stats st = {.size = sizeof st};
+    uint64_t v[XSF_COUNT] = {0};
+    xseg_fill_stats(xs, &st);
+    xseg_shm_stats_copy(v, &st, 0);
+    for (unsigned f = XSF_CAP; f < XSF_COUNT; f++)
+        put(r, f, v[f]);
+    put(r, XSF_UPDATES, updates);
+}
+
+/* Changes whenever a field that put_hot does not store may have changed (a
+ * sum of loads: cheaper than the stores it saves on the common path without
+ * driver calls).  Peaks are in it for xseg_reset_peak. */
 static uint64_t cold_signature(const xseg_t *xs)
 {
-    uint64_t sig = xs->trims + xs->retries + xs->gc_runs + xs->cap;
+    uint64_t sig = xs->trims + xs->retries + xs->gc_runs + xs->cap + xs->handles.peak +
+                   xs->segments.peak + xs->va.peak;
     for (unsigned i = 0; i < XSEG_OP_COUNT; i++)
         sig += xs->drv_calls[i];
     return sig;
@@ -107,10 +121,12 @@ void xseg_shm_update(xseg_t *xs)
     uint64_t s = atomic_load_explicit(&r->seq, memory_order_relaxed);
     atomic_store_explicit(&r->seq, s + 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
-    put_hot(xs, r, ++m->updates);
-    if (sig != m->cold_sig) {
-        put_cold(xs, r);
+    uint64_t n = ++m->updates;
+    if (sig != m->cold_sig || (n & 63u) == 0) {
+        put_all(xs, r, n);
         m->cold_sig = sig;
+    } else {
+        put_hot(xs, r, n);
     }
     atomic_store_explicit(&r->seq, s + 2, memory_order_release);
 }
@@ -191,6 +207,16 @@ __attribute__((destructor)) static void file_at_exit(void)
         unlink(g_file.path);
 }
 
+/* The file lock is held across fork() (api.c's fork module says the order),
+ * so a child never inherits it taken by a thread that is not there. */
+void xshm_fork_lock(int take)
+{
+    if (take)
+        pthread_mutex_lock(&g_file.lock);
+    else
+        pthread_mutex_unlock(&g_file.lock);
+}
+
 /* A child after fork() inherits the parent's mapping: forget it (the
  * parent's allocators are unusable in the child and never touch it). */
 static void forget_parent_file(void)
@@ -218,8 +244,9 @@ static xseg_shm_record *claim_slot(void)
 static void publish_first(xseg_t *xs, xshm *m)
 {
     xseg_shm_record *r = m->rec;
-    uint64_t backend = 0;
+    uint64_t backend = 0, version[2] = {0, 0};
     memcpy(&backend, xs->drv->name, strnlen(xs->drv->name, sizeof backend));
+    memcpy(version, xseg_version(), strnlen(xseg_version(), sizeof version));
     uint64_t s = atomic_load_explicit(&r->seq, memory_order_relaxed);
     atomic_store_explicit(&r->seq, s + 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
@@ -229,8 +256,9 @@ static void publish_first(xseg_t *xs, xshm *m)
     put(r, XSF_CREATED_NS, now_ns(CLOCK_REALTIME));
     put(r, XSF_DEVICE_TOTAL, xs->dev_total);
     put(r, XSF_PAGE_SIZE, xs->arena.page);
-    put_hot(xs, r, ++m->updates);
-    put_cold(xs, r);
+    put(r, XSF_LIB_VERSION, version[0]);
+    put(r, XSF_LIB_VERSION + 1, version[1]);
+    put_all(xs, r, ++m->updates);
     m->cold_sig = cold_signature(xs);
     atomic_store_explicit(&r->seq, s + 2, memory_order_release);
     atomic_store_explicit(&r->state, XSEG_SHM_USED, memory_order_release);

@@ -13,7 +13,8 @@
  * stores cost), so the protocol is data-race free.
  *
  * Compatibility: readers check magic and version; a version bump means the
- * field order changed.  New fields are only ever appended, and `nfields`
+ * field order changed (version 2 holds every xseg_stats number and the
+ * library version).  New fields are only ever appended, and `nfields`
  * tells how many a writer stores.
  */
 #ifndef XSEG_SHM_FORMAT_H
@@ -26,8 +27,10 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "xseg.h"
+
 #define XSEG_SHM_MAGIC 0x314d48534745535full /* "_SEGSHM1", little-endian */
-#define XSEG_SHM_VERSION 1u
+#define XSEG_SHM_VERSION 2u /* 2: every xseg_stats field, library version */
 #define XSEG_SHM_SLOTS 64u
 #define XSEG_SHM_PREFIX "xseg."
 #define XSEG_SHM_DEFAULT_DIR "/dev/shm"
@@ -38,8 +41,12 @@
 /* Slot states. */
 enum { XSEG_SHM_FREE = 0, XSEG_SHM_USED = 1 };
 
-/* Field indices into xseg_shm_record.v.  Fields marked (fixed) are stored
- * when the slot is claimed; the others on every update. */
+/* Field indices into xseg_shm_record.v: every number of the public
+ * xseg_stats, so that a reader renders a record with the library's own
+ * renderers (xseg_shm_to_stats below).  Fields marked (fixed) are stored
+ * when the slot is claimed; (hot) ones on every update; the others when a
+ * driver call, trim, retry, GC run, cap change or peak reset may have moved
+ * them (largest_free also on every 64th update). */
 enum xseg_shm_field {
     XSF_DEVICE = 0,     /* (fixed) device index */
     XSF_GENERATION,     /* (fixed) claim count of this slot: a new allocator */
@@ -47,27 +54,46 @@ enum xseg_shm_field {
     XSF_CREATED_NS,     /* (fixed) CLOCK_REALTIME at creation */
     XSF_DEVICE_TOTAL,   /* (fixed) device memory size */
     XSF_PAGE_SIZE,      /* (fixed) mapping granularity */
-    XSF_UPDATES,        /* publications so far */
+    XSF_LIB_VERSION,    /* (fixed) xseg_version(), 16 chars NUL-padded: 2 words */
+    XSF_UPDATES = XSF_LIB_VERSION + 2, /* (hot) publications so far */
     XSF_CAP,            /* cap on mapped bytes, 0 = none */
-    XSF_ALLOCATED,      /* live bytes (rounded block sizes) */
-    XSF_ALLOCATED_PEAK,
-    XSF_REQUESTED,      /* live bytes as requested */
-    XSF_ACTIVE,         /* live allocations */
-    XSF_MAPPED,         /* physical bytes mapped */
-    XSF_MAPPED_PEAK,
+    XSF_ALLOCATED,      /* (hot) live bytes (rounded block sizes) */
+    XSF_ALLOCATED_PEAK, /* (hot) */
+    XSF_ALLOCATED_TOTAL,/* (hot) */
+    XSF_REQUESTED,      /* (hot) live bytes as requested */
+    XSF_REQUESTED_PEAK, /* (hot) */
+    XSF_REQUESTED_TOTAL,/* (hot) */
+    XSF_ACTIVE,         /* (hot) live allocations */
+    XSF_ACTIVE_PEAK,    /* (hot) */
+    XSF_ACTIVE_TOTAL,   /* (hot) */
+    XSF_MAPPED,         /* (hot) physical bytes mapped */
+    XSF_MAPPED_PEAK,    /* (hot) */
+    XSF_MAPPED_TOTAL,
+    XSF_CACHED,         /* (hot) mapped minus allocated */
+    XSF_CACHED_PEAK,    /* (hot) */
+    XSF_CACHED_TOTAL,   /* (hot) */
     XSF_VA,             /* virtual bytes reserved */
+    XSF_VA_PEAK,
+    XSF_VA_TOTAL,
     XSF_SEGMENTS,
+    XSF_SEGMENTS_PEAK,
+    XSF_SEGMENTS_TOTAL,
     XSF_HANDLES,
-    XSF_ALLOC_CALLS,
-    XSF_FREE_CALLS,
-    XSF_OOMS,
+    XSF_HANDLES_PEAK,
+    XSF_HANDLES_TOTAL,
+    XSF_ALLOC_CALLS,    /* (hot) */
+    XSF_FREE_CALLS,     /* (hot) */
+    XSF_OOMS,           /* (hot) */
     XSF_RETRIES,
     XSF_TRIMS,
     XSF_GC_RUNS,
     XSF_SYNCS,
     XSF_RELEASED,       /* physical bytes released, total */
     XSF_DRIVER_ERRORS,
-    XSF_DEFERRED,
+    XSF_DEFERRED,       /* (hot) */
+    XSF_LARGEST_FREE,   /* largest free virtual block */
+    XSF_MOVED,          /* handle bytes moved, total */
+    XSF_UNMAPPING,      /* old mappings of moved handles waiting for the GPU */
     XSF_DRV,            /* XSEG_SHM_OPS counters, indexed by xseg_op */
     XSF_COUNT = XSF_DRV + XSEG_SHM_OPS
 };
@@ -138,6 +164,73 @@ static inline int xseg_shm_read(xseg_shm_record *r, uint64_t out[XSF_COUNT], uns
             return 1;
     }
     return -1;
+}
+
+_Static_assert(XSEG_OP_COUNT <= XSEG_SHM_OPS, "every driver operation has a counter");
+
+/* Text stored in `words` fields (XSF_BACKEND: 1, XSF_LIB_VERSION: 2),
+ * NUL-terminated in out[8 * words + 1]. */
+static inline const char *xseg_shm_text(const uint64_t *v, unsigned words, char *out)
+{
+    memcpy(out, v, 8u * words);
+    out[8u * words] = '\0';
+    return out;
+}
+
+/* Copy every number of the public stats between a record's fields and an
+ * xseg_stats: to_stats 1 fills st's numbers from v; 0 fills v's fields from
+ * st (the writer's full publication).  One table for both directions. */
+static inline void xseg_shm_stats_copy(uint64_t v[XSF_COUNT], xseg_stats *st, int to_stats)
+{
+    static const struct { size_t off; unsigned f, n; } map[] = {
+        {offsetof(xseg_stats, allocated_bytes), XSF_ALLOCATED, 3},
+        {offsetof(xseg_stats, requested_bytes), XSF_REQUESTED, 3},
+        {offsetof(xseg_stats, active_blocks), XSF_ACTIVE, 3},
+        {offsetof(xseg_stats, reserved_va_bytes), XSF_VA, 3},
+        {offsetof(xseg_stats, mapped_bytes), XSF_MAPPED, 3},
+        {offsetof(xseg_stats, cached_bytes), XSF_CACHED, 3},
+        {offsetof(xseg_stats, segments), XSF_SEGMENTS, 3},
+        {offsetof(xseg_stats, handles), XSF_HANDLES, 3},
+        {offsetof(xseg_stats, driver_calls), XSF_DRV, XSEG_OP_COUNT},
+        {offsetof(xseg_stats, driver_errors), XSF_DRIVER_ERRORS, 1},
+        {offsetof(xseg_stats, alloc_calls), XSF_ALLOC_CALLS, 1},
+        {offsetof(xseg_stats, free_calls), XSF_FREE_CALLS, 1},
+        {offsetof(xseg_stats, alloc_retries), XSF_RETRIES, 1},
+        {offsetof(xseg_stats, ooms), XSF_OOMS, 1},
+        {offsetof(xseg_stats, syncs), XSF_SYNCS, 1},
+        {offsetof(xseg_stats, gc_runs), XSF_GC_RUNS, 1},
+        {offsetof(xseg_stats, trims), XSF_TRIMS, 1},
+        {offsetof(xseg_stats, released_bytes), XSF_RELEASED, 1},
+        {offsetof(xseg_stats, deferred_frees), XSF_DEFERRED, 1},
+        {offsetof(xseg_stats, largest_free_block), XSF_LARGEST_FREE, 1},
+        {offsetof(xseg_stats, mapped_cap), XSF_CAP, 1},
+        {offsetof(xseg_stats, device_total), XSF_DEVICE_TOTAL, 1},
+        {offsetof(xseg_stats, page_size), XSF_PAGE_SIZE, 1},
+        {offsetof(xseg_stats, moved_bytes), XSF_MOVED, 1},
+        {offsetof(xseg_stats, unmapping_bytes), XSF_UNMAPPING, 1},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
+        char *p = (char *)st + map[i].off;
+        if (to_stats)
+            memcpy(p, &v[map[i].f], 8u * map[i].n);
+        else
+            memcpy(&v[map[i].f], p, 8u * map[i].n);
+    }
+}
+
+/* The public stats a record holds: what xseg_get_stats gave at the
+ * record's last publication (largest_free_block may be up to 63
+ * publications older), for the library's renderers
+ * (xseg_stats_prometheus_render). */
+static inline void xseg_shm_to_stats(const uint64_t v[XSF_COUNT], xseg_stats *st)
+{
+    uint64_t copy[XSF_COUNT];
+    memcpy(copy, v, sizeof copy);
+    memset(st, 0, sizeof *st);
+    st->size = sizeof *st;
+    st->version = XSEG_STATS_VERSION;
+    st->device = (int32_t)(int64_t)v[XSF_DEVICE];
+    xseg_shm_stats_copy(copy, st, 1);
 }
 
 /* Start time of a process (field 22 of /proc/<pid>/stat, clock ticks after

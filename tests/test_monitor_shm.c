@@ -1,8 +1,10 @@
 /* test_monitor_shm.c: live stats in shared memory (conf key stats_shm,
  * lib/shm.c, lib/shm_format.h) and the xseg-top tool: the file's life,
  * exact values, slots, a bad directory, fork, a replay read live from
- * another process without torn records, and removal of dead processes'
- * files. */
+ * another process without torn records, removal of dead processes'
+ * files, and `xseg-top --prometheus` equal to the library's text (same
+ * families, HELP lines and values) and valid UTF-8 whatever the process
+ * name. */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -563,6 +565,203 @@ START_TEST(t_stale_cleanup)
 }
 END_TEST
 
+/* ---- xseg-top --prometheus is the library's text (issue 19) ---- */
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int strnstr_(const char *l, const char *w, size_t len)
+{
+    size_t n = strlen(w);
+    for (size_t i = 0; i + n <= len; i++)
+        if (memcmp(l + i, w, n) == 0)
+            return 1;
+    return 0;
+}
+
+/* The lines of text that start with prefix (or, with prefix NULL, the
+ * sample lines) but xseg-top's own xseg_top_processes, each with `strip` removed where it follows the first '{'
+ * (when it does), sorted.  Returns the count. */
+static int lines_of(const char *text, const char *prefix, const char *strip, char ***out)
+{
+    int n = 0, cap = 64;
+    char **v = malloc(sizeof *v * (size_t)cap);
+    for (const char *l = text; *l;) {
+        const char *e = strchr(l, '\n');
+        size_t len = e ? (size_t)(e - l) : strlen(l);
+        int take = prefix ? strncmp(l, prefix, strlen(prefix)) == 0 : l[0] != '#' && len > 0;
+        if (take && !strnstr_(l, "xseg_top_processes", len)) {
+            char *c = strndup(l, len);
+            char *b = strchr(c, '{');
+            if (strip && b && strncmp(b + 1, strip, strlen(strip)) == 0)
+                memmove(b + 1, b + 1 + strlen(strip), strlen(b + 1 + strlen(strip)) + 1);
+            if (n == cap)
+                v = realloc(v, sizeof *v * (size_t)(cap *= 2));
+            v[n++] = c;
+        }
+        l += len + (e != NULL);
+    }
+    qsort(v, (size_t)n, sizeof *v, cmp_str);
+    *out = v;
+    return n;
+}
+
+static void free_lines(char **v, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+/* Equal sets of lines, except those containing `skip` (may be NULL). */
+static void same_lines(char **a, int na, char **b, int nb, const char *what, const char *skip)
+{
+    int i = 0, k = 0;
+    while (i < na || k < nb) {
+        if (i < na && skip && strstr(a[i], skip)) {
+            i++;
+            continue;
+        }
+        if (k < nb && skip && strstr(b[k], skip)) {
+            k++;
+            continue;
+        }
+        ck_assert_msg(i < na && k < nb && strcmp(a[i], b[k]) == 0,
+                      "%s differ: library '%s', xseg-top '%s'", what, i < na ? a[i] : "(none)",
+                      k < nb ? b[k] : "(none)");
+        i++;
+        k++;
+    }
+}
+
+static char *library_text(xseg_t *xs)
+{
+    size_t len = 0;
+    xseg_stats_prometheus(xs, NULL, 0, &len);
+    char *buf = malloc(len + 1);
+    ck_assert_int_eq(xseg_stats_prometheus(xs, buf, len + 1, &len), XSEG_OK);
+    return buf;
+}
+
+/* The families, HELP lines and every sample of `xseg-top --prometheus`
+ * equal the library's for the same allocator, less pid/process/slot. */
+static void compare_with_top(xseg_t *xs, const char *skip)
+{
+    char cmd[512], strip[256];
+    snprintf(cmd, sizeof cmd, TOP " --prometheus --dir '%s'", g_dir);
+    char *top = slurp_cmd(cmd);
+    char *lib = library_text(xs);
+    snprintf(strip, sizeof strip, "pid=\"%d\",process=\"%s\",slot=\"0\",", (int)getpid(),
+             program_invocation_short_name);
+    ck_assert_msg(strstr(top, "# HELP xseg_top_processes Processes publishing xseg stats.\n"
+                              "# TYPE xseg_top_processes gauge\nxseg_top_processes 1\n"),
+                  "xseg-top: %s", top);
+    char **la, **ta;
+    int nl = lines_of(lib, "# HELP ", NULL, &la), nt = lines_of(top, "# HELP ", NULL, &ta);
+    ck_assert_int_ge(nl, 30);
+    same_lines(la, nl, ta, nt, "HELP lines", NULL);
+    free_lines(la, nl);
+    free_lines(ta, nt);
+    nl = lines_of(lib, "# TYPE ", NULL, &la);
+    nt = lines_of(top, "# TYPE ", NULL, &ta);
+    same_lines(la, nl, ta, nt, "TYPE lines", NULL);
+    free_lines(la, nl);
+    free_lines(ta, nt);
+    nl = lines_of(lib, NULL, NULL, &la);
+    nt = lines_of(top, NULL, strip, &ta);
+    same_lines(la, nl, ta, nt, "samples", skip);
+    free_lines(la, nl);
+    free_lines(ta, nt);
+    free(lib);
+    free(top);
+}
+
+START_TEST(t_prom_same_as_library)
+{
+    if (access(TOP, X_OK) != 0)
+        return;
+    xseg_t *xs = make(CONF ",max_mapped:128MB");
+    void *p[8];
+    for (int i = 0; i < 8; i++)
+        ck_assert_int_eq(xseg_alloc(xs, i % 2 ? 512 : (size_t)(i + 1) * MIB, NULL, &p[i]), XSEG_OK);
+    for (int i = 0; i < 8; i += 3)
+        ck_assert_int_eq(xseg_free(xs, p[i]), XSEG_OK);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 5 * MIB, NULL, &p[0]), XSEG_OK);
+    /* an alloc publishes the hot fields only: all but largest_free match */
+    compare_with_top(xs, "xseg_largest_free_block_bytes");
+    /* a trim publishes everything */
+    ck_assert_int_eq(xseg_trim(xs, SIZE_MAX, NULL), XSEG_OK);
+    compare_with_top(xs, NULL);
+    /* the record holds every number of xseg_stats */
+    view v = open_view(getpid());
+    ck_assert_ptr_nonnull(v.base);
+    uint64_t f[XSF_COUNT];
+    ck_assert_int_eq(read_slot(&v, 0, f), 1);
+    xseg_stats a, b = {.size = sizeof b};
+    xseg_shm_to_stats(f, &a);
+    ck_assert_int_eq(xseg_get_stats(xs, &b), XSEG_OK);
+    ck_assert_int_eq(memcmp(&a, &b, sizeof a), 0);
+    char ver[17];
+    ck_assert_str_eq(xseg_shm_text(&f[XSF_LIB_VERSION], 2, ver), xseg_version());
+    close_view(&v);
+    xseg_destroy(xs);
+}
+END_TEST
+
+/* 1 when s[0..n) is valid UTF-8 (RFC 3629). */
+static int valid_utf8(const unsigned char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        unsigned c = s[i], len = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
+                                               : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+        if (!len || i + len > n)
+            return 0;
+        unsigned cp = len == 1 ? c : c & (0x7f >> len);
+        for (unsigned k = 1; k < len; k++) {
+            if ((s[i + k] & 0xc0) != 0x80)
+                return 0;
+            cp = cp << 6 | (s[i + k] & 0x3f);
+        }
+        static const unsigned min[] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < min[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
+/* A process name that is not UTF-8 (and holds a quote, a backslash, a
+ * newline, and a two-byte character cut by the header's 64-byte field):
+ * the text stays valid UTF-8 with the label value escaped. */
+START_TEST(t_prom_label_not_utf8)
+{
+    if (access(TOP, X_OK) != 0)
+        return;
+    char name[128] = "\xff\xfex\"y\\z\n";
+    for (int i = 0; i < 40; i++)
+        strcat(name, "\xc3\xa9"); /* e acute */
+    char *saved = program_invocation_short_name;
+    program_invocation_short_name = name;
+    xseg_t *xs = make(CONF);
+    program_invocation_short_name = saved;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, TOP " --prometheus --dir '%s'", g_dir);
+    char *top = slurp_cmd(cmd);
+    ck_assert_msg(valid_utf8((const unsigned char *)top, strlen(top)),
+                  "xseg-top --prometheus is not UTF-8: %s", top);
+    char want[256] = "process=\"\xef\xbf\xbd\xef\xbf\xbdx\\\"y\\\\z\\n";
+    for (int i = 0; i < 27; i++) /* 63 bytes kept: 8 + 27 * 2 + half of the 28th */
+        strcat(want, "\xc3\xa9");
+    strcat(want, "\xef\xbf\xbd\",");
+    ck_assert_msg(strstr(top, want) != NULL, "no %s in %s", want, top);
+    free(top);
+    xseg_destroy(xs);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("monitor_shm");
@@ -579,6 +778,8 @@ static Suite *suite(void)
     tcase_add_test(tc, t_cross_process);
     tcase_add_test(tc, t_replay_read_live);
     tcase_add_test(tc, t_stale_cleanup);
+    tcase_add_test(tc, t_prom_same_as_library);
+    tcase_add_test(tc, t_prom_label_not_utf8);
     suite_add_tcase(s, tc);
     return s;
 }

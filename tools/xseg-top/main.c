@@ -104,14 +104,16 @@ static int scan(const cli *c, top_sample *s)
     return -1;
 }
 
-static void render_once(const cli *c, FILE *out, const top_sample *s)
+/* 0, or -1 when the text could not be made (the reason is on stderr). */
+static int render_once(const cli *c, FILE *out, const top_sample *s)
 {
     if (c->prom)
-        top_render_prom(out, s);
-    else if (c->json)
+        return top_render_prom(out, s);
+    if (c->json)
         top_render_json(out, s, &c->o);
     else
         top_render_text(out, s, &c->o);
+    return 0;
 }
 
 /* Write to FILE.tmp and rename it over FILE (textfile collectors must never
@@ -119,8 +121,8 @@ static void render_once(const cli *c, FILE *out, const top_sample *s)
 static int write_output(const cli *c, const top_sample *s)
 {
     if (!c->output) {
-        render_once(c, stdout, s);
-        return fflush(stdout) == 0 ? 0 : 1;
+        int rc = render_once(c, stdout, s);
+        return fflush(stdout) == 0 && rc == 0 ? 0 : 1;
     }
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", c->output);
@@ -129,7 +131,11 @@ static int write_output(const cli *c, const top_sample *s)
         fprintf(stderr, "xseg-top: cannot write %s: %s\n", tmp, strerror(errno));
         return 1;
     }
-    render_once(c, f, s);
+    if (render_once(c, f, s) != 0) {
+        fclose(f);
+        unlink(tmp);
+        return 1;
+    }
     if (fclose(f) != 0 || rename(tmp, c->output) != 0) {
         fprintf(stderr, "xseg-top: cannot write %s: %s\n", c->output, strerror(errno));
         unlink(tmp);

@@ -1,127 +1,94 @@
 /* render_prom.c: one xseg-top sample in the Prometheus text format for
- * node_exporter's textfile collector (--prometheus): the metric names of
- * xseg_stats_prometheus, with `pid`, `process` and `slot` (the
- * allocator's record in its process's file) labels added to `device`,
- * and no timestamps (the collector rejects them). */
+ * node_exporter's textfile collector (--prometheus).  The families, HELP
+ * lines and values are the library's own (xseg_stats_prometheus_render on
+ * the xseg_stats each record holds), with `pid`, `process` and `slot` (the
+ * allocator's record in its process's file) labels before `device`, plus
+ * xseg_top_processes; no timestamps (the collector rejects them).  The
+ * library escapes label values and replaces bytes that are not UTF-8. */
+#include <stdlib.h>
+
 #include "top.h"
 #include "xseg.h"
 
-typedef unsigned long long ull;
+#define NLABELS 3
 
-typedef struct tfamily {
-    const char *name;
-    const char *type;
-    unsigned field;
-    const char *help;
-} tfamily;
+/* Stats and label texts of every allocator of the sample. */
+typedef struct prom_rows {
+    xseg_stats *st;
+    xseg_prom_source *src;
+    char (*text)[3][32];  /* pid, slot, backend */
+    char (*version)[17];
+} prom_rows;
 
-static const tfamily families[] = {
-    {"xseg_allocated_bytes", "gauge", XSF_ALLOCATED, "Bytes of live allocations (rounded)."},
-    {"xseg_allocated_peak_bytes", "gauge", XSF_ALLOCATED_PEAK, "Peak of xseg_allocated_bytes."},
-    {"xseg_requested_bytes", "gauge", XSF_REQUESTED, "Bytes of live allocations as requested."},
-    {"xseg_active_blocks", "gauge", XSF_ACTIVE, "Live allocations."},
-    {"xseg_mapped_bytes", "gauge", XSF_MAPPED, "Physical device memory mapped."},
-    {"xseg_mapped_peak_bytes", "gauge", XSF_MAPPED_PEAK, "Peak of xseg_mapped_bytes."},
-    {"xseg_reserved_va_bytes", "gauge", XSF_VA, "Virtual address space reserved."},
-    {"xseg_handles", "gauge", XSF_HANDLES, "Physical memory handles mapped."},
-    {"xseg_device_total_bytes", "gauge", XSF_DEVICE_TOTAL, "Device memory size per the driver."},
-    {"xseg_alloc_calls_total", "counter", XSF_ALLOC_CALLS, "Calls to xseg_alloc."},
-    {"xseg_free_calls_total", "counter", XSF_FREE_CALLS, "Calls to xseg_free."},
-    {"xseg_ooms_total", "counter", XSF_OOMS, "Allocations that failed out of memory."},
-    {"xseg_alloc_retries_total", "counter", XSF_RETRIES, "Allocation attempts retried."},
-    {"xseg_trims_total", "counter", XSF_TRIMS, "Calls to xseg_trim."},
-    {"xseg_gc_runs_total", "counter", XSF_GC_RUNS, "Garbage collections near the cap."},
-    {"xseg_released_bytes_total", "counter", XSF_RELEASED, "Physical bytes released."},
-    {"xseg_driver_errors_total", "counter", XSF_DRIVER_ERRORS, "Driver calls that failed."},
-};
+static const char *const g_names[NLABELS] = {"pid", "process", "slot"};
 
-/* Label value: backslash, double quote and newline escaped. */
-static void lval(FILE *out, const char *s)
+static void rows_free(prom_rows *r)
 {
-    for (; *s; s++) {
-        if (*s == '\\' || *s == '"')
-            fprintf(out, "\\%c", *s);
-        else if (*s == '\n')
-            fputs("\\n", out);
-        else
-            fputc(*s, out);
-    }
+    free(r->st);
+    free(r->src);
+    free(r->text);
+    free(r->version);
 }
 
-static void labels(FILE *out, const top_proc *p, const top_alloc *a, const char *extra)
+static int rows_alloc(prom_rows *r, size_t n)
 {
-    fprintf(out, "{pid=\"%d\",process=\"", p->pid);
-    lval(out, p->comm);
-    fprintf(out, "\",device=\"%d\",slot=\"%u\"%s}", (int)(int64_t)a->v[XSF_DEVICE], a->slot,
-            extra);
+    size_t m = n ? n : 1;
+    r->st = calloc(m, sizeof *r->st);
+    r->src = calloc(m, sizeof *r->src);
+    r->text = calloc(m, sizeof *r->text);
+    r->version = calloc(m, sizeof *r->version);
+    return r->st && r->src && r->text && r->version ? 0 : -1;
 }
 
-static void each_sample(FILE *out, const top_sample *s, const char *name, unsigned field)
+/* Fill row k from process p's allocator a; values[] holds its labels. */
+static void fill_row(prom_rows *r, size_t k, const top_proc *p, const top_alloc *a,
+                     const char **values)
 {
-    for (size_t i = 0; i < s->np; i++)
-        for (size_t k = 0; k < s->p[i].count; k++) {
-            const top_alloc *a = &s->a[s->p[i].first + k];
-            fputs(name, out);
-            labels(out, &s->p[i], a, "");
-            fprintf(out, " %llu\n", (ull)a->v[field]);
-        }
+    xseg_shm_to_stats(a->v, &r->st[k]);
+    snprintf(r->text[k][0], sizeof r->text[k][0], "%d", p->pid);
+    snprintf(r->text[k][1], sizeof r->text[k][1], "%u", a->slot);
+    char b[9];
+    snprintf(r->text[k][2], sizeof r->text[k][2], "%s", top_backend(a, b));
+    xseg_shm_text(&a->v[XSF_LIB_VERSION], 2, r->version[k]);
+    values[0] = r->text[k][0];
+    values[1] = p->comm;
+    values[2] = r->text[k][1];
+    r->src[k] = (xseg_prom_source){&r->st[k], r->text[k][2], r->version[k], NLABELS, g_names,
+                                   values};
 }
 
-static void cached(FILE *out, const top_sample *s)
+static int render(FILE *out, const xseg_prom_source *src, size_t n)
 {
-    fputs("# HELP xseg_cached_bytes Mapped memory not allocated (cached for reuse).\n"
-          "# TYPE xseg_cached_bytes gauge\n", out);
-    for (size_t i = 0; i < s->np; i++)
-        for (size_t k = 0; k < s->p[i].count; k++) {
-            const top_alloc *a = &s->a[s->p[i].first + k];
-            fputs("xseg_cached_bytes", out);
-            labels(out, &s->p[i], a, "");
-            fprintf(out, " %llu\n", (ull)top_cached(a));
-        }
+    size_t len = 0;
+    xseg_status rc = xseg_stats_prometheus_render(src, n, NULL, 0, &len);
+    char *buf = rc == XSEG_ERR_BUFFER_TOO_SMALL ? malloc(len + 1) : NULL;
+    if (buf)
+        rc = xseg_stats_prometheus_render(src, n, buf, len + 1, &len);
+    if (rc == XSEG_OK)
+        fwrite(buf, 1, len, out);
+    else
+        fprintf(stderr, "xseg-top: %s\n", buf ? xseg_last_error() : "no memory for the text");
+    free(buf);
+    return rc == XSEG_OK ? 0 : -1;
 }
 
-static void cap(FILE *out, const top_sample *s)
-{
-    fputs("# HELP xseg_mapped_cap_bytes Cap on mapped bytes in force (+Inf: no cap).\n"
-          "# TYPE xseg_mapped_cap_bytes gauge\n", out);
-    for (size_t i = 0; i < s->np; i++)
-        for (size_t k = 0; k < s->p[i].count; k++) {
-            const top_alloc *a = &s->a[s->p[i].first + k];
-            fputs("xseg_mapped_cap_bytes", out);
-            labels(out, &s->p[i], a, "");
-            if (a->v[XSF_CAP])
-                fprintf(out, " %llu\n", (ull)a->v[XSF_CAP]);
-            else
-                fputs(" +Inf\n", out);
-        }
-}
-
-static void driver_calls(FILE *out, const top_sample *s)
-{
-    fputs("# HELP xseg_driver_calls_total Driver calls by operation.\n"
-          "# TYPE xseg_driver_calls_total counter\n", out);
-    for (size_t i = 0; i < s->np; i++)
-        for (size_t k = 0; k < s->p[i].count; k++)
-            for (unsigned op = 0; op < XSEG_OP_COUNT && op < XSEG_SHM_OPS; op++) {
-                const top_alloc *a = &s->a[s->p[i].first + k];
-                char extra[64];
-                snprintf(extra, sizeof extra, ",op=\"%s\"", xseg_op_name((xseg_op)op));
-                fputs("xseg_driver_calls_total", out);
-                labels(out, &s->p[i], a, extra);
-                fprintf(out, " %llu\n", (ull)a->v[XSF_DRV + op]);
-            }
-}
-
-void top_render_prom(FILE *out, const top_sample *s)
+int top_render_prom(FILE *out, const top_sample *s)
 {
     fprintf(out, "# HELP xseg_top_processes Processes publishing xseg stats.\n"
                  "# TYPE xseg_top_processes gauge\nxseg_top_processes %zu\n", s->np);
-    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {
-        const tfamily *f = &families[i];
-        fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", f->name, f->help, f->name, f->type);
-        each_sample(out, s, f->name, f->field);
+    prom_rows r = {0};
+    const char **values = calloc(s->na ? s->na * NLABELS : 1, sizeof *values);
+    int rc = -1;
+    if (values && rows_alloc(&r, s->na) == 0) {
+        size_t k = 0;
+        for (size_t i = 0; i < s->np; i++)
+            for (size_t j = 0; j < s->p[i].count && k < s->na; j++, k++)
+                fill_row(&r, k, &s->p[i], &s->a[s->p[i].first + j], values + k * NLABELS);
+        rc = render(out, r.src, k);
+    } else {
+        fprintf(stderr, "xseg-top: no memory for %zu allocators\n", s->na);
     }
-    cached(out, s);
-    cap(out, s);
-    driver_calls(out, s);
+    rows_free(&r);
+    free(values);
+    return rc;
 }

@@ -66,6 +66,8 @@ uint64_t top_cached(const top_alloc *a);
 /* render_text.c / render_json.c / render_prom.c */
 void top_render_text(FILE *out, const top_sample *s, const top_opts *o);
 void top_render_json(FILE *out, const top_sample *s, const top_opts *o);
-void top_render_prom(FILE *out, const top_sample *s);
+/* The library's Prometheus text (xseg_stats_prometheus_render) for every
+ * allocator, plus xseg_top_processes; 0, or -1 with the reason on stderr. */
+int top_render_prom(FILE *out, const top_sample *s);
 
 #endif
