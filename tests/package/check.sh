@@ -3,6 +3,7 @@
 # consumer against it through the CMake package (shared and static) and
 # through pkg-config (shared and static); checks the shared library's
 # SONAME, that it exports only xseg_ symbols and does not link libcuda.
+# The pkg-config part is skipped when pkg-config is not installed.
 set -euo pipefail
 build=$(cd "$1" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
@@ -28,7 +29,11 @@ cmake --build "$tmp/cm" >/dev/null
 if objdump -p "$tmp/cm/consumer_static" | grep NEEDED | grep -q libxseg; then
   echo "FAIL: static consumer depends on libxseg.so"; exit 1
 fi
-# pkg-config, shared and static
+# pkg-config, shared and static (when pkg-config is installed)
+if ! command -v pkg-config >/dev/null; then
+  echo "package: install and CMake package (shared, static) ok; pkg-config not installed: its checks skipped"
+  exit 0
+fi
 export PKG_CONFIG_PATH="$lib/pkgconfig"
 cc "$here/consumer.c" $(pkg-config --cflags --libs xseg) -Wl,-rpath,"$lib" -o "$tmp/pc_shared"
 "$tmp/pc_shared"

@@ -1,8 +1,10 @@
 """_lib: finds and loads libxseg.so with ctypes and declares its functions.
 
 Search order: the XSEG_LIBRARY environment variable (used alone when set),
-the installed library (ctypes.util.find_library("xseg")), a copy next to
-this package, then the build directories of the source tree (build*/lib).
+the copy bundled in this package (xseg/libxseg.so.0, put there by
+`pip install .` from the repository root), the installed library
+(ctypes.util.find_library("xseg")), then the build directories of the
+source tree (build*/lib).  library_path() says which one was loaded.
 """
 import ctypes
 import ctypes.util
@@ -49,10 +51,14 @@ _lock = threading.Lock()
 _loaded = {"lib": None, "path": None}
 
 
+def bundled():
+    """The copies a wheel built from the repository root carries."""
+    here = Path(__file__).resolve().parent
+    return [here / "libxseg.so.0", here / "libxseg.so"]
+
+
 def _repo_candidates():
     here = Path(__file__).resolve().parent
-    yield here / "libxseg.so.0"
-    yield here / "libxseg.so"
     root = here.parents[2] if len(here.parents) > 2 else here
     builds = sorted(root.glob("build*/lib/libxseg.so.0"),
                     key=lambda p: p.stat().st_mtime, reverse=True)
@@ -64,7 +70,7 @@ def candidates():
     env = os.environ.get("XSEG_LIBRARY")
     if env:
         return [env]
-    out = []
+    out = [str(p) for p in bundled() if p.exists()]
     found = ctypes.util.find_library("xseg")
     if found:
         out.append(found)
