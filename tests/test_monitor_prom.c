@@ -1,10 +1,13 @@
 /* test_monitor_prom.c: xseg_stats_prometheus (lib/prom.c) checked line by
  * line without outside tools: HELP and TYPE before each family's samples,
  * names and suffixes, the device label, values equal to the stats, the cap
- * as +Inf or bytes, buffer rules.  test_monitor_promparse.c runs real
+ * as +Inf or bytes, buffer rules, and xseg_stats_prometheus_render (many
+ * sources, extra labels escaped and made UTF-8, bad arguments refused).
+ * test_monitor_promparse.c runs real
  * Prometheus parsers on the same text. */
 #include <check.h>
 #include <ctype.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,6 +173,87 @@ START_TEST(t_buffer_rules)
 }
 END_TEST
 
+static size_t count(const char *text, const char *what)
+{
+    size_t n = 0;
+    for (const char *p = text; (p = strstr(p, what)) != NULL; p++)
+        n++;
+    return n;
+}
+
+static char *render_n(const xseg_prom_source *src, size_t n)
+{
+    size_t len = 0;
+    ck_assert_int_eq(xseg_stats_prometheus_render(src, n, NULL, 0, &len),
+                     XSEG_ERR_BUFFER_TOO_SMALL);
+    char *buf = malloc(len + 1);
+    ck_assert_int_eq(xseg_stats_prometheus_render(src, n, buf, len + 1, &len), XSEG_OK);
+    ck_assert_uint_eq(strlen(buf), len);
+    return buf;
+}
+
+/* xseg_stats_prometheus_render: one source without labels is exactly
+ * xseg_stats_prometheus; two sources share each family's comment lines;
+ * label values are escaped and made UTF-8; bad arguments are refused. */
+START_TEST(t_render_sources)
+{
+    xseg_t *xs = make("backend:host,host_capacity:64MB");
+    void *p;
+    ck_assert_int_eq(xseg_alloc(xs, 3 * MIB, NULL, &p), XSEG_OK);
+    xseg_stats st = {.size = sizeof st};
+    ck_assert_int_eq(xseg_get_stats(xs, &st), XSEG_OK);
+    char *one = render(xs);
+    xseg_prom_source src[2] = {{&st, "host", NULL, 0, NULL, NULL}};
+    char *same = render_n(src, 1);
+    ck_assert_str_eq(same, one);
+    const char *names[] = {"job", "process"};
+    const char *values[] = {"a\"b\\c\nd", "\xff" "ok\xc3\xa9\xe2\x82"}; /* bad byte, cut char */
+    src[1] = (xseg_prom_source){&st, "host", "9.9.9", 2, names, values};
+    char *two = render_n(src, 2);
+    ck_assert_uint_eq(count(two, "# HELP "), count(one, "# HELP "));
+    ck_assert_uint_eq(count(two, "\nxseg_ooms_total{"), 2);
+    ck_assert_ptr_nonnull(strstr(two, "xseg_allocated_bytes{job=\"a\\\"b\\\\c\\nd\",process=\""
+                                      "\xef\xbf\xbdok\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd\","
+                                      "device=\"0\"} 3145728\n"));
+    ck_assert_ptr_nonnull(strstr(two, "device=\"0\",backend=\"host\",version=\"9.9.9\"} 1\n"));
+    /* no sources: the comment lines alone */
+    char *none = render_n(NULL, 0);
+    ck_assert_uint_eq(count(none, "# HELP "), count(one, "# HELP "));
+    ck_assert_ptr_null(strstr(none, "{"));
+    /* an older, shorter xseg_stats reads as zeros past its size */
+    xseg_stats old = st;
+    old.size = (uint32_t)offsetof(xseg_stats, driver_calls);
+    src[0] = (xseg_prom_source){&old, "host", NULL, 0, NULL, NULL};
+    char *short_ = render_n(src, 1);
+    ck_assert_ptr_nonnull(strstr(short_, "\nxseg_allocated_bytes{device=\"0\"} 3145728\n"));
+    ck_assert_ptr_nonnull(strstr(short_, "\nxseg_alloc_calls_total{device=\"0\"} 0\n"));
+    /* refused */
+    char buf[64];
+    const char *bad[] = {"device", "9x", "a-b", "__x", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        src[1] = (xseg_prom_source){&st, "host", NULL, 1, &bad[i], values};
+        ck_assert_int_eq(xseg_stats_prometheus_render(src, 2, buf, sizeof buf, NULL),
+                         XSEG_ERR_INVALID_ARG);
+        ck_assert_ptr_nonnull(strstr(xseg_last_error(), "source 1, label 0"));
+    }
+    src[1] = (xseg_prom_source){&st, "host", NULL, XSEG_PROM_MAX_LABELS + 1, names, values};
+    ck_assert_int_eq(xseg_stats_prometheus_render(src, 2, buf, sizeof buf, NULL),
+                     XSEG_ERR_INVALID_ARG);
+    src[1] = (xseg_prom_source){NULL, "host", NULL, 0, NULL, NULL};
+    ck_assert_int_eq(xseg_stats_prometheus_render(src, 2, buf, sizeof buf, NULL),
+                     XSEG_ERR_INVALID_ARG);
+    ck_assert_int_eq(xseg_stats_prometheus_render(NULL, 1, buf, sizeof buf, NULL),
+                     XSEG_ERR_INVALID_ARG);
+    ck_assert_int_eq(xseg_stats_prometheus_render(src, 1, NULL, 3, NULL), XSEG_ERR_INVALID_ARG);
+    free(one);
+    free(same);
+    free(two);
+    free(none);
+    free(short_);
+    xseg_destroy(xs);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("monitor_prom");
@@ -178,6 +262,7 @@ static Suite *suite(void)
     tcase_add_test(tc, t_cap_inf_or_bytes);
     tcase_add_test(tc, t_every_op);
     tcase_add_test(tc, t_buffer_rules);
+    tcase_add_test(tc, t_render_sources);
     suite_add_tcase(s, tc);
     return s;
 }

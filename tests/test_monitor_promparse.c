@@ -1,9 +1,12 @@
 /* test_monitor_promparse.c: the Prometheus text of xseg_stats_prometheus
  * and of `xseg-top --prometheus` read by real parsers: `promtool check
  * metrics` (Debian package prometheus) and the text parser of
- * prometheus_client (python3-prometheus-client), each where installed.
+ * prometheus_client (python3-prometheus-client), each where installed:
+ * also a process name that is not UTF-8, and xseg-top's families and HELP
+ * lines against the library's.
  * With neither, the whole test is skipped (exit status 77). */
 #include <check.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,6 +169,69 @@ START_TEST(t_top_text)
 }
 END_TEST
 
+/* Parses argv[1] (as UTF-8: a bad byte fails), finds the series of pid
+ * argv[2] and checks its process label equals the UTF-8 of hex argv[3],
+ * and that both texts have the same families and HELP lines (argv[4], the
+ * library's text; xseg-top adds xseg_top_processes). */
+static const char *const PY_UTF8 =
+    "import sys\n"
+    "from prometheus_client.parser import text_string_to_metric_families as parse\n"
+    "def fams(path):\n"
+    "    return {f.name: (f.type, f.documentation) for f in parse(open(path, encoding='utf-8').read())}\n"
+    "top = fams(sys.argv[1])\n"
+    "lib = fams(sys.argv[4])\n"
+    "assert top.pop('xseg_top_processes')[0] == 'gauge'\n"
+    "assert top == lib, (sorted(set(top.items()) ^ set(lib.items())))\n"
+    "want = bytes.fromhex(sys.argv[3]).decode('utf-8')\n"
+    "seen = 0\n"
+    "for f in parse(open(sys.argv[1], encoding='utf-8').read()):\n"
+    "    for s in f.samples:\n"
+    "        if s.labels.get('pid') == sys.argv[2]:\n"
+    "            assert s.labels['process'] == want, (s.labels['process'], want)\n"
+    "            seen += 1\n"
+    "assert seen >= len(lib), seen\n"
+    "print('process label %r in %d series' % (want, seen))\n";
+
+/* A process name that is not UTF-8: xseg-top's text parses, the label
+ * holds U+FFFD for each bad byte, and its families and HELP lines are the
+ * library's. */
+START_TEST(t_top_text_not_utf8)
+{
+    if (access(TOP, X_OK) != 0 || !g_python) {
+        fprintf(stderr, "t_top_text_not_utf8: needs xseg-top and prometheus_client, not run\n");
+        return;
+    }
+    char dir[128], path[256], lib[256], script[300], cmd[2048];
+    snprintf(dir, sizeof dir, "/tmp/xseg-promparse-dir.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    setenv("XSEG_SHM_DIR", dir, 1);
+    char name[] = "\xff\xfe" "bad\"name\\";
+    char *saved = program_invocation_short_name;
+    program_invocation_short_name = name;
+    xseg_t *xs = NULL;
+    ck_assert_int_eq(xseg_create(&xs, 0, "backend:host,host_capacity:256MB,stats_shm:on"), XSEG_OK);
+    program_invocation_short_name = saved;
+    tmp_path(path, sizeof path, "utf8.prom");
+    tmp_path(lib, sizeof lib, "utf8-lib.prom");
+    snprintf(cmd, sizeof cmd, TOP " --prometheus --dir '%s' -o '%s'", dir, path);
+    ck_assert_int_eq(run(cmd), 0);
+    char *text = render(xs);
+    write_file(lib, text);
+    free(text);
+    check_promtool(path);
+    snprintf(script, sizeof script, "%s.py", path);
+    write_file(script, PY_UTF8);
+    /* U+FFFD U+FFFD then bad"name\ */
+    snprintf(cmd, sizeof cmd, "%s '%s' '%s' %d efbfbdefbfbd626164226e616d655c '%s'", g_python,
+             script, path, (int)getpid(), lib);
+    ck_assert_int_eq(run(cmd), 0);
+    remove_files(path);
+    unlink(lib);
+    xseg_destroy(xs);
+    rmdir(dir);
+}
+END_TEST
+
 static const char *find_python(void)
 {
     static const char *const cands[] = {"python3", "/usr/bin/python3"};
@@ -195,6 +261,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, t_library_text);
     tcase_add_test(tc, t_top_text);
+    tcase_add_test(tc, t_top_text_not_utf8);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
