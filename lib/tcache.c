@@ -14,7 +14,20 @@
  *    Block records and slab metadata are never freed while the allocator
  *    lives, so reading a generation word is always safe.
  *  - Counters: the global counters count held blocks as allocated; each cache
- *    keeps the corrections (xtc_adjust_stats sums them).
+ *    keeps the corrections and its own part of the monotone counters (calls,
+ *    totals), written under the cache lock.  tc_fold moves them into the
+ *    allocator's counters (xs->lock and the cache lock held) whenever the
+ *    allocator's lock meets the cache: every flush (trim, growth, thread
+ *    exit) and every global allocation of the thread; nothing is lost when
+ *    a thread exits.  xtc_adjust_stats adds the live caches' parts, so a
+ *    stats read is exact and monotone counters never go back.
+ *  - requested_bytes: a cache hit may re-serve a block for another request
+ *    size of its class (the block's request is rewritten), so a cache's
+ *    correction req_adj is (requests of its hits) - (requests of its held
+ *    blocks and frees) since its last fold.  It is kept <= 0: a hit that
+ *    would make it positive takes the global path instead.  Hence the
+ *    allocator's own requested.cur = true value - sum(req_adj) never drops
+ *    below the true value, never wraps, and its peak bounds the true peak.
  * Lock order: g_tc_lock -> xs->lock -> cache lock.  The fast path takes only
  * the cache lock. */
 #include <pthread.h>
@@ -54,9 +67,12 @@ struct xtc {
     tc_bin bins[TC_BINS];
     tc_entry map[TC_MAP];   /* addr == 0: empty */
     uint32_t map_count;
-    /* corrections to the global counters, read by xtc_adjust_stats */
+    /* corrections to the global counters, read by xtc_adjust_stats, and
+     * this thread's part of the monotone ones since the last tc_fold: calls,
+     * and hits' bytes, count and requests (allocated / active / requested
+     * totals) */
     _Atomic int64_t held_b, held_n, req_adj;
-    _Atomic uint64_t allocs, frees;
+    _Atomic uint64_t allocs, frees, hit_b, hit_n, hit_req;
 };
 
 static pthread_mutex_t g_tc_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -73,10 +89,18 @@ static inline void cadd(_Atomic int64_t *c, int64_t v)
                           memory_order_relaxed);
 }
 
-static inline void uadd(_Atomic uint64_t *c)
+static inline void uadd(_Atomic uint64_t *c, uint64_t v)
 {
-    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + v,
                           memory_order_relaxed);
+}
+
+/* Read a part and zero it (cache lock held: single writer). */
+static inline uint64_t utake(_Atomic uint64_t *c)
+{
+    uint64_t v = atomic_load_explicit(c, memory_order_relaxed);
+    atomic_store_explicit(c, 0, memory_order_relaxed);
+    return v;
 }
 
 static void tc_lock(xtc *tc)
@@ -197,6 +221,12 @@ int xtc_alloc(xseg_t *xs, size_t rounded, size_t size, void *stream, void **out)
         tc_unlock(tc);
         return 0;
     }
+    /* req_adj stays <= 0 (header): a larger request than the held blocks'
+     * and earlier hits' offset goes to the global path (which flushes). */
+    if (atomic_load_explicit(&tc->req_adj, memory_order_relaxed) + (int64_t)size > 0) {
+        tc_unlock(tc);
+        return 0;
+    }
     tc_entry e = b->e[--b->n];
     atomic_store_explicit(e.genp, e.gen, memory_order_relaxed); /* no longer held */
     e.req = size;
@@ -206,7 +236,10 @@ int xtc_alloc(xseg_t *xs, size_t rounded, size_t size, void *stream, void **out)
     cadd(&tc->held_b, -(int64_t)e.rounded);
     cadd(&tc->held_n, -1);
     cadd(&tc->req_adj, (int64_t)size);
-    uadd(&tc->allocs);
+    uadd(&tc->allocs, 1);
+    uadd(&tc->hit_b, e.rounded);
+    uadd(&tc->hit_n, 1);
+    uadd(&tc->hit_req, size);
     tc_unlock(tc);
     *out = (void *)e.addr;
     return 1;
@@ -237,12 +270,27 @@ int xtc_free(xseg_t *xs, void *ptr)
     cadd(&tc->held_b, (int64_t)e.rounded);
     cadd(&tc->held_n, 1);
     cadd(&tc->req_adj, -(int64_t)e.req);
-    uadd(&tc->frees);
+    uadd(&tc->frees, 1);
     tc_unlock(tc);
     return 1;
 }
 
 /* ---- slow paths (allocator lock held unless stated) ---- */
+
+/* Move tc's parts into the allocator's counters (cache lock held too).
+ * req_adj <= 0, so requested.cur only goes down here and stays >= the true
+ * value; the held blocks' requests it carried are subtracted now (flush
+ * adds each back before the global free subtracts it again). */
+static void tc_fold(xseg_t *xs, xtc *tc)
+{
+    xs->requested.cur += (uint64_t)atomic_load_explicit(&tc->req_adj, memory_order_relaxed);
+    atomic_store_explicit(&tc->req_adj, 0, memory_order_relaxed);
+    xs->alloc_calls += utake(&tc->allocs);
+    xs->free_calls += utake(&tc->frees);
+    xs->allocated.total += utake(&tc->hit_b);
+    xs->active.total += utake(&tc->hit_n);
+    xs->requested.total += utake(&tc->hit_req);
+}
 
 void xtc_note(xseg_t *xs, uintptr_t addr, uintptr_t tag, _Atomic uint64_t *genp, uint64_t gen,
               size_t rounded, size_t req, void *stream)
@@ -252,25 +300,30 @@ void xtc_note(xseg_t *xs, uintptr_t addr, uintptr_t tag, _Atomic uint64_t *genp,
         return;
     tc_entry e = {addr, tag, genp, gen, rounded, req, stream};
     tc_lock(tc);
-    if (tc->xs)
+    if (tc->xs) {
         map_put(tc, &e);
+        tc_fold(xs, tc); /* bounds how long the allocator's figures lag */
+    }
     tc_unlock(tc);
 }
 
-/* Give every held block of tc back to the allocator (xs->lock held). */
+/* Give every held block of tc back to the allocator and fold tc's counter
+ * parts in (xs->lock held).  The fold already subtracted the held blocks'
+ * requests: each is added back just before the global free subtracts it,
+ * so requested.cur never dips below the true value, even for a moment. */
 static void flush(xseg_t *xs, xtc *tc)
 {
     tc_lock(tc);
+    tc_fold(xs, tc);
     for (int i = 0; i < TC_BINS; i++) {
         tc_bin *b = &tc->bins[i];
         for (uint32_t k = 0; k < b->n; k++) { /* oldest first, for the LRU */
             tc_entry e = b->e[k];
             atomic_store_explicit(e.genp, e.gen, memory_order_relaxed);
-            uint64_t greq = xseg_requested_of(e.addr, e.tag);
+            xs->requested.cur += xseg_requested_of(e.addr, e.tag);
             tc->held_bytes -= e.rounded;
             cadd(&tc->held_b, -(int64_t)e.rounded);
             cadd(&tc->held_n, -1);
-            cadd(&tc->req_adj, (int64_t)greq);
             xseg_free_locked(xs, e.addr);
         }
         b->n = 0;
@@ -299,14 +352,22 @@ int xtc_held_any(xseg_t *xs)
     return 0;
 }
 
+/* The live caches' parts, each read under its cache lock (one consistent
+ * state per thread; with xs->lock held no block moves between threads, so
+ * the sum is exact). */
 void xtc_adjust_stats(xseg_t *xs, xseg_stats *s)
 {
     for (xtc *tc = xs->tcs; tc; tc = tc->next) {
+        tc_lock(tc);
         s->allocated_bytes.current -= (uint64_t)atomic_load(&tc->held_b);
         s->active_blocks.current -= (uint64_t)atomic_load(&tc->held_n);
         s->requested_bytes.current += (uint64_t)atomic_load(&tc->req_adj);
         s->alloc_calls += atomic_load(&tc->allocs);
         s->free_calls += atomic_load(&tc->frees);
+        s->allocated_bytes.total += atomic_load(&tc->hit_b);
+        s->active_blocks.total += atomic_load(&tc->hit_n);
+        s->requested_bytes.total += atomic_load(&tc->hit_req);
+        tc_unlock(tc);
     }
 }
 
@@ -360,6 +421,12 @@ static void make_key(void)
 {
     pthread_key_create(&g_tc_key, on_thread_exit);
     pthread_atfork(tc_fork_take, tc_fork_give, tc_fork_give);
+}
+
+/* Register the fork handler now (api.c's fork module needs it before its own). */
+void xtc_fork_init(void)
+{
+    pthread_once(&g_tc_once, make_key);
 }
 
 /* Called without xs->lock, before the thread's first global allocation. */
