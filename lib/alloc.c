@@ -837,8 +837,9 @@ void xblk_free(xseg_t *xs, xblock *b)
     b->epoch = b->owner ? b->owner->epoch : 0;
     b->stamp = ++xs->stamp;
     b = coalesce(xs, b, 1);
-    int refused;
-    if (!xs->conf.caching && (!b->owner || xstream_done(xs, b->owner, b->epoch, 1)))
+    int refused, now = xs->conf.release_threshold == XSEG_RELEASE_NOW; /* release_threshold:0 */
+    if ((!xs->conf.caching || now) &&
+        (!b->owner || xstream_done(xs, b->owner, b->epoch, !xs->conf.caching || xs->conf.release_wait)))
         reclaim_block(xs, b, SIZE_MAX, &refused); /* a refusal leaves it cached */
 }
 

@@ -108,18 +108,13 @@ static xseg_status open_driver(xseg_t *xs, int device)
     return XSEG_OK;
 }
 
-static void set_caps(xseg_t *xs)
+static xseg_status set_caps(xseg_t *xs)
 {
-    size_t cap = SIZE_MAX;
-    if (xs->conf.max_mapped)
-        cap = xs->conf.max_mapped;
-    if (xs->conf.memory_fraction > 0) {
-        size_t f = (size_t)(xs->conf.memory_fraction * (double)xs->dev_total);
-        if (f < cap)
-            cap = f;
-    }
-    xs->cap = cap;
+    char err[512] = "";
     xs->max_handle = xs->conf.handle_size ? xs->conf.handle_size : XSEG_DEFAULT_MAX_HANDLE;
+    if (xseg_conf_cap(&xs->conf, xs->dev_total, &xs->cap, err, sizeof err) != XSEG_OK)
+        return xseg_fail(xs, XSEG_ERR_CONFIG, "%s", err); /* a cap of 0 would read as none */
+    return XSEG_OK;
 }
 
 static xseg_status init_arena(xseg_t *xs)
@@ -180,10 +175,10 @@ xseg_status xseg_create_with_driver(xseg_t **out, int device, const char *conf,
         st = pick_driver(xs, drv);
     if (st == XSEG_OK)
         st = open_driver(xs, device);
-    if (st == XSEG_OK) {
-        set_caps(xs);
+    if (st == XSEG_OK)
+        st = set_caps(xs);
+    if (st == XSEG_OK)
         st = init_maps(xs);
-    }
     if (st == XSEG_OK)
         st = init_arena(xs);
     if (st == XSEG_OK)
@@ -191,7 +186,7 @@ xseg_status xseg_create_with_driver(xseg_t **out, int device, const char *conf,
     xs->id = atomic_fetch_add(&g_next_id, 1) + 1;
     /* Thread caches bypass history and live publication: off with those. */
     xs->tc_on = xs->conf.thread_cache && xs->conf.caching && !xs->conf.history &&
-                !xs->conf.stats_shm;
+                !xs->conf.stats_shm && xs->conf.release_threshold != XSEG_RELEASE_NOW;
     if (st != XSEG_OK) {
         char keep[768];
         snprintf(keep, sizeof keep, "%s", xseg_last_error());
@@ -322,11 +317,16 @@ static void escalate(xseg_t *xs, unsigned attempt)
     xseg_reclaim(xs, SIZE_MAX, 1);
 }
 
-/* The config key or action that would help, by the limit that was hit. */
+/* The config key or action that would help, by the limit that was hit: the
+ * cap when the request, rounded as the allocator maps it (block rounding,
+ * then whole pages), does not fit in what the cap leaves. */
 static const char *oom_hint(const xseg_t *xs, size_t size)
 {
-    if (xs->cap != SIZE_MAX && xs->mapped.cur + size > xs->cap)
-        return "raise max_mapped or memory_fraction (the cap was reached), or free memory";
+    size_t page = xs->arena.page, r = round_size(xs, size);
+    r = r > SIZE_MAX - page ? SIZE_MAX : (r + page - 1) / page * page;
+    if (xs->cap != SIZE_MAX && (xs->mapped.cur >= xs->cap || r > xs->cap - xs->mapped.cur))
+        return "raise max_mapped or memory_fraction (the cap is the limit: the request, "
+               "rounded up to whole pages, does not fit under it), or free memory";
     return "free memory (the device is full): xseg_trim other allocators, or lower "
            "release_threshold / set gc_threshold in other processes using xseg";
 }
@@ -375,6 +375,16 @@ xseg_status xseg_set_oom_callback(xseg_t *xs, xseg_oom_callback cb, void *user)
     return XSEG_OK;
 }
 
+/* A call refused before the locked path still counts in alloc_calls /
+ * free_calls: docs/stats.md counts every call, failed ones included. */
+static xseg_status refused(xseg_t *xs, uint64_t *calls, xseg_status st)
+{
+    xlock_lock(&xs->lock);
+    (*calls)++;
+    xlock_unlock(&xs->lock);
+    return st;
+}
+
 static void count_alloc(xseg_t *xs, size_t block, size_t size)
 {
     xcnt_add(&xs->allocated, block);
@@ -398,14 +408,20 @@ xseg_status xseg_alloc(xseg_t *xs, size_t size, void *stream, void **out)
 {
     CHECK_XS(xs);
     if (!out)
-        return xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_alloc: out is NULL");
+        return refused(xs, &xs->alloc_calls,
+                       xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_alloc: out is NULL"));
     *out = NULL;
     if (size == 0)
-        return xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_alloc: size is 0");
+        return refused(xs, &xs->alloc_calls,
+                       xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_alloc: size is 0"));
     if (size > xs->arena.size - xs->arena.page)
-        return xseg_fail(xs, XSEG_ERR_SIZE,
-                         "xseg_alloc: request of %zu bytes exceeds the virtual range of %zu "
-                         "bytes (va_size)", size, xs->arena.size);
+        return refused(xs, &xs->alloc_calls,
+                       xseg_fail(xs, XSEG_ERR_SIZE,
+                                 "xseg_alloc: request of %zu bytes exceeds %zu bytes, the largest "
+                                 "va_size allows (its virtual range of %zu bytes less one page "
+                                 "of %zu); raise va_size", size,
+                                 xs->arena.size - xs->arena.page, xs->arena.size,
+                                 xs->arena.page));
     size_t rounded = round_size(xs, size), block = 0;
     int cls = xsmall_class(xs, rounded);
     if (cls >= 0)
@@ -542,7 +558,8 @@ xseg_status xseg_free(xseg_t *xs, void *ptr)
 {
     CHECK_XS(xs);
     if (!ptr)
-        return xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_free: pointer is NULL");
+        return refused(xs, &xs->free_calls,
+                       xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_free: pointer is NULL"));
     if (xs->tc_on && xtc_free(xs, ptr))
         return XSEG_OK;
     xlock_lock(&xs->lock);

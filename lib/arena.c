@@ -13,6 +13,24 @@ static size_t pow2_floor(size_t x)
     return x ? (size_t)1 << (63 - __builtin_clzll((unsigned long long)x)) : 0;
 }
 
+/* va_size, rounded up to whole pages, needs more pages than the page table
+ * holds (2^32 - 2) or more bytes than a size_t: a conf error naming the key
+ * the value came from (va_size, or host_capacity through the automatic
+ * va_size) and page_size. */
+static xseg_status va_too_large(xseg_t *xs, size_t va_size, size_t page)
+{
+    size_t most = SIZE_MAX / page < UINT32_MAX - 1 ? SIZE_MAX / page : UINT32_MAX - 1;
+    if (xs->conf.va_size)
+        return xseg_fail(xs, XSEG_ERR_CONFIG,
+                         "xseg conf: bad value \"%zu\" for key \"va_size\": too large for "
+                         "page_size %zu: at most %zu bytes (%zu x page_size)",
+                         va_size, page, most * page, most);
+    return xseg_fail(xs, XSEG_ERR_CONFIG,
+                     "xseg conf: the automatic va_size (4 x device memory: %zu bytes; "
+                     "host_capacity on the host backend) is too large for page_size %zu: "
+                     "set key \"va_size\" to at most %zu bytes", va_size, page, most * page);
+}
+
 xseg_status xarena_init(xseg_t *xs, size_t va_size)
 {
     xarena *ar = &xs->arena;
@@ -28,11 +46,11 @@ xseg_status xarena_init(xseg_t *xs, size_t va_size)
                          page, gran);
     ar->page = page;
     ar->shift = (unsigned)__builtin_ctzll(page);
-    ar->size = (va_size + page - 1) / page * page;
-    ar->npages = ar->size / page;
-    if (ar->npages >= UINT32_MAX)
-        return xseg_fail(xs, XSEG_ERR_CONFIG, "xseg conf: va_size %zu is too large for page_size %zu",
-                         va_size, page);
+    size_t npages = va_size / page + (va_size % page != 0);
+    if (npages >= UINT32_MAX || npages > SIZE_MAX / page)
+        return va_too_large(xs, va_size, page);
+    ar->npages = npages;
+    ar->size = npages * page;
     ar->page_handle = calloc(ar->npages, sizeof(uint32_t));
     ar->mapped_bits = calloc((ar->npages + 63) / 64, sizeof(uint64_t));
     if (!ar->page_handle || !ar->mapped_bits)
@@ -41,8 +59,11 @@ xseg_status xarena_init(xseg_t *xs, size_t va_size)
     rc = xseg_drv_count(xs, XSEG_OP_RESERVE, xs->drv->reserve(xs->dctx, ar->size, &ar->base));
     if (rc != XDRV_SUCCESS)
         return xseg_fail(xs, rc == XDRV_OUT_OF_MEMORY ? XSEG_ERR_VA_EXHAUSTED : XSEG_ERR_DRIVER,
-                         "xseg: reserving %zu bytes of virtual address space failed (%s); "
-                         "lower va_size", ar->size, xs->drv->error_name(rc));
+                         "xseg: reserving %zu bytes of virtual address space (%s %zu rounded up "
+                         "to whole pages of page_size %zu) failed (%s); lower va_size%s",
+                         ar->size, xs->conf.va_size ? "va_size" : "the automatic va_size",
+                         va_size, page, xs->drv->error_name(rc),
+                         xs->conf.va_size ? "" : " (4 x device memory: host_capacity on host)");
     xcnt_add(&xs->va, ar->size);
     xcnt_add(&xs->segments, 1);
     return XSEG_OK;

@@ -392,8 +392,8 @@ static const conf_key conf_keys[] = {
     {"roundup_power2_divisions", parse_divisions, OFF(roundup_power2_divisions), 0, 64,
      "0 (off) or a power of two from 1 to 64"},
     {"caching", parse_bool, OFF(caching), 0, 0, BOOL_EXPECT},
-    {"host_capacity", parse_size_range, OFF(host_capacity), 4 * MIB, SIZE_MAX,
-     "a size >= 4MB such as 64GB"},
+    {"host_capacity", parse_size_range, OFF(host_capacity), 4 * MIB, XSEG_HOST_CAPACITY_MAX,
+     "a size from 4MB to 1048576TB (2^60 bytes) such as 64GB"},
     {"small_size", parse_size_range, OFF(small_size), 512, MIB,
      "a size from 512B to 1MB such as 64KB"},
     {"verbose", parse_bool, OFF(verbose), 0, 0, BOOL_EXPECT},
@@ -559,6 +559,26 @@ xseg_status xseg_conf_parse(xseg_conf *c, const char *text, char *err, size_t er
     if ((st = check_conf(&tmp, err, errlen)) != XSEG_OK)
         return st;
     *c = tmp;
+    return XSEG_OK;
+}
+
+xseg_status xseg_conf_cap(const xseg_conf *c, size_t dev_total, size_t *cap, char *err,
+                          size_t errlen)
+{
+    size_t pos = 0, f;
+    *cap = c->max_mapped ? c->max_mapped : SIZE_MAX;
+    if (c->memory_fraction <= 0)
+        return XSEG_OK;
+    f = (size_t)(c->memory_fraction * (double)dev_total);
+    if (f == 0) {
+        err_add(err, errlen, &pos,
+                "xseg conf: bad value \"%g\" for key \"memory_fraction\": the cap it gives "
+                "on a device of %zu bytes is 0 bytes; expected 0 (no cap) or a fraction "
+                "giving at least 1 byte", c->memory_fraction, dev_total);
+        return XSEG_ERR_CONFIG;
+    }
+    if (f < *cap)
+        *cap = f;
     return XSEG_OK;
 }
 

@@ -22,6 +22,12 @@ typedef enum xseg_backend_kind {
 #define XSEG_SIZE_AUTO ((size_t)0)
 #define XSEG_SIZE_UNLIMITED ((size_t)-1)
 #define XSEG_HANDLE_PAGE ((size_t)1) /* handle_size:page: one handle per page */
+/* release_threshold:0 (stored as 1 byte, since 0 is auto): freed memory is
+ * released at once, at the free (docs/config.md). */
+#define XSEG_RELEASE_NOW ((size_t)1)
+/* Largest host_capacity: 4 x this (the automatic va_size) still fits in a
+ * size_t and the memfd's off_t, with room to round up to whole pages. */
+#define XSEG_HOST_CAPACITY_MAX ((size_t)1 << 60)
 
 typedef struct xseg_conf {
     xseg_backend_kind backend;   /* backend: auto|cuda|host (auto) */
@@ -60,6 +66,13 @@ void xseg_conf_defaults(xseg_conf *c);
  * change).  On error returns XSEG_ERR_CONFIG, writes a message naming the key
  * and the value into err, and leaves *c unchanged. */
 xseg_status xseg_conf_parse(xseg_conf *c, const char *text, char *err, size_t errlen);
+
+/* The cap on mapped bytes that c gives on a device of dev_total bytes:
+ * max_mapped, memory_fraction x dev_total, the smaller; SIZE_MAX = no cap.
+ * A memory_fraction whose cap computes to 0 bytes is XSEG_ERR_CONFIG (a
+ * message naming the key in err): 0 would read as "no cap" everywhere. */
+xseg_status xseg_conf_cap(const xseg_conf *c, size_t dev_total, size_t *cap, char *err,
+                          size_t errlen);
 
 /* Parse a size with optional binary unit: 512, 512B, 512KB, 2MB, 40GB, 1TB
  * (also KiB/MiB/GiB/TiB, K/M/G/T; case-insensitive).  0 on success. */

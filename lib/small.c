@@ -165,7 +165,8 @@ void xsmall_free(xseg_t *xs, xslab *sl, uintptr_t addr)
     if (!sl->listed)
         link_slab(sl);
     /* Keep one empty slab per class and stream; give back the others. */
-    if (sl->nfree == sl->nslots && (sl->prev || sl->next))
+    if (sl->nfree == sl->nslots &&
+        (sl->prev || sl->next || xs->conf.release_threshold == XSEG_RELEASE_NOW))
         slab_destroy(xs, sl);
 }
 

@@ -1,7 +1,8 @@
 /* test_monitor_viz.c: the JSON dumps (stats, snapshot, history, xseg-top
  * --json) read by a real JSON parser (python3's json), and tools/xseg-viz
  * rendering snapshots and histories: well-formed SVG (python3's XML
- * parser), one shape per block in use, the legend, the OOM marks.  Needs
+ * parser), one shape per block in use, the legend, the OOM marks; bad
+ * input ends with a one-line message, not a traceback.  Needs
  * python3; without it the whole test is skipped (exit status 77). */
 #include <check.h>
 #include <stdio.h>
@@ -219,6 +220,44 @@ START_TEST(t_history_picture)
 }
 END_TEST
 
+/* Bad input (not JSON, not a dump, a missing file): a one-line message on
+ * stderr and a non-zero exit status, never a Python traceback. */
+START_TEST(t_viz_bad_input)
+{
+    static const char *const inputs[][2] = {
+        {"bad.json", "{\"device\": 0, \"segments\": ["},
+        {"empty.json", ""},
+        {"list.json", "[1, 2]"},
+        {"nodump.json", "{\"device\": 0}"},
+        {"wrong.json", "{\"device\": 0, \"segments\": 5, \"events\": 7}"},
+    };
+    static const char *const kinds[] = {"snapshot", "history"};
+    char in[256], err[256], cmd[1024];
+    path_of(err, sizeof err, "viz.err");
+    for (size_t i = 0; i < sizeof inputs / sizeof inputs[0] + 1; i++)
+        for (int k = 0; k < 2; k++) {
+            if (i < sizeof inputs / sizeof inputs[0]) {
+                path_of(in, sizeof in, inputs[i][0]);
+                FILE *f = fopen(in, "w");
+                ck_assert_ptr_nonnull(f);
+                fputs(inputs[i][1], f);
+                fclose(f);
+            } else {
+                path_of(in, sizeof in, "missing.json");
+            }
+            snprintf(cmd, sizeof cmd, "python3 '%s' %s '%s' -o '%s/out.html' 2> '%s'", VIZ,
+                     kinds[k], in, g_dir, err);
+            int rc = run(cmd);
+            char *msg = slurp("viz.err");
+            ck_assert_msg(rc != 0, "xseg-viz %s %s: exit status 0", kinds[k], in);
+            ck_assert_msg(!strstr(msg, "Traceback"), "xseg-viz %s %s: %s", kinds[k], in, msg);
+            ck_assert_msg(!strncmp(msg, "xseg-viz: ", 10) && count(msg, "\n") == 1,
+                          "xseg-viz %s %s: not a one-line message: %s", kinds[k], in, msg);
+            free(msg);
+        }
+}
+END_TEST
+
 int main(void)
 {
     if (run("python3 -c 'import json, xml.etree.ElementTree' > /dev/null 2>&1") != 0) {
@@ -233,6 +272,7 @@ int main(void)
     tcase_add_test(tc, t_top_json_parses);
     tcase_add_test(tc, t_snapshot_picture);
     tcase_add_test(tc, t_history_picture);
+    tcase_add_test(tc, t_viz_bad_input);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
