@@ -9,10 +9,12 @@ tree.  Environment: XSEG_CMAKE_ARGS (extra CMake arguments, e.g.
 -DXSEG_WITH_CUDA=OFF), CMAKE_BUILD_PARALLEL_LEVEL (jobs; default: CPU count).
 """
 import atexit
+import importlib
 import os
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 
 from setuptools import setup
@@ -20,6 +22,22 @@ from setuptools.command.build_py import build_py
 from setuptools.dist import Distribution
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def need_wheel():
+    """Fail clearly when no bdist_wheel exists (a venv without the OS's wheel)."""
+    for name in ("wheel", "setuptools.command.bdist_wheel"):
+        try:
+            importlib.import_module(name)
+            return
+        except ImportError:
+            pass
+    sys.exit("xseg: building needs the wheel package: apt-get install python3-wheel, and "
+             "make the venv with --system-site-packages (or let pip fetch it: drop "
+             "--no-build-isolation)")
+
+
+need_wheel()
 TMP = tempfile.mkdtemp(prefix="xseg-pip-")
 atexit.register(shutil.rmtree, TMP, True)
 
