@@ -657,7 +657,7 @@ static void compare_with_top(xseg_t *xs, const char *skip)
              program_invocation_short_name);
     ck_assert_msg(strstr(top, "# HELP xseg_top_processes Processes publishing xseg stats.\n"
                               "# TYPE xseg_top_processes gauge\nxseg_top_processes 1\n"),
-                  "xseg-top: %s", top);
+                  "xseg-top: %.300s", top);
     char **la, **ta;
     int nl = lines_of(lib, "# HELP ", NULL, &la), nt = lines_of(top, "# HELP ", NULL, &ta);
     ck_assert_int_ge(nl, 30);
@@ -751,12 +751,12 @@ START_TEST(t_prom_label_not_utf8)
     snprintf(cmd, sizeof cmd, TOP " --prometheus --dir '%s'", g_dir);
     char *top = slurp_cmd(cmd);
     ck_assert_msg(valid_utf8((const unsigned char *)top, strlen(top)),
-                  "xseg-top --prometheus is not UTF-8: %s", top);
+                  "xseg-top --prometheus is not UTF-8: %.300s", top);
     char want[256] = "process=\"\xef\xbf\xbd\xef\xbf\xbdx\\\"y\\\\z\\n";
     for (int i = 0; i < 27; i++) /* 63 bytes kept: 8 + 27 * 2 + half of the 28th */
         strcat(want, "\xc3\xa9");
     strcat(want, "\xef\xbf\xbd\",");
-    ck_assert_msg(strstr(top, want) != NULL, "no %s in %s", want, top);
+    ck_assert_msg(strstr(top, want) != NULL, "no %s in %.300s", want, top);
     free(top);
     xseg_destroy(xs);
 }
