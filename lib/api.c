@@ -1,6 +1,7 @@
 /* api.c: the public entry points: argument checks, the per-allocator lock,
  * create/destroy, the retry ladder on out-of-memory, error classification
- * of bad frees, and the process-wide default allocators. */
+ * of bad frees, the process-wide default allocators (never destroyed, so
+ * that exit handlers may still use them) and the locks held across fork(). */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,15 +17,62 @@
 static atomic_uint g_fork_gen;
 static atomic_ullong g_next_id;
 static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t g_default_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void on_fork_child(void)
+/* ---- fork(): every process-wide lock is held across it ----
+ * A child inherits each lock in the state the parent's threads left it, but
+ * not those threads: a lock held at the fork would stay held forever in the
+ * child.  So the library's process-wide locks are taken before fork() and
+ * given back after it, in the parent and in the child, outermost first (the
+ * order in which the library nests them, so that taking them cannot
+ * deadlock against a thread that holds an outer one and waits for an inner
+ * one):
+ *   1. g_default_lock (here): xseg_default / xseg_set_default_conf; held
+ *      across the creation of a default allocator, so around 3 and 5;
+ *   2. the graph-pool lock (plugin.c, xplugin_fork_lock): held across a
+ *      pool's create, alloc and free, so around 4 and 5;
+ *   3. the stats_shm file lock (shm.c, xshm_fork_lock): taken by create and
+ *      destroy;
+ *   4. g_tc_lock (tcache.c): taken around an allocator lock; its own
+ *      pthread_atfork handler;
+ *   5. the host backend's counter lock g_lock (driver_host.c): a leaf; its
+ *      own pthread_atfork handler.
+ * pthread_atfork runs prepare handlers in the reverse order of their
+ * registration (parent and child handlers in order), so fork_register makes
+ * sure 5 is registered first, then 4, then this module's handler for 1-3.
+ * Allocator locks (xs->lock) are not taken: an allocator created in the
+ * parent fails with XSEG_ERR_FORKED in the child, and its destroy there does
+ * not wait for its lock. */
+static void fork_prepare(void)
 {
-    atomic_fetch_add(&g_fork_gen, 1);
+    pthread_mutex_lock(&g_default_lock);
+    xplugin_fork_lock(1);
+    xshm_fork_lock(1);
 }
 
-static void register_fork(void)
+static void fork_parent(void)
 {
-    pthread_atfork(NULL, NULL, on_fork_child);
+    xshm_fork_lock(0);
+    xplugin_fork_lock(0);
+    pthread_mutex_unlock(&g_default_lock);
+}
+
+static void fork_child(void)
+{
+    atomic_fetch_add(&g_fork_gen, 1);
+    fork_parent();
+}
+
+static void fork_register(void)
+{
+    xhost_fork_init();
+    xtc_fork_init();
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+void xseg_fork_init(void)
+{
+    pthread_once(&g_fork_once, fork_register);
 }
 
 const char *xseg_version(void)
@@ -144,6 +192,7 @@ static xseg_status init_maps(xseg_t *xs)
 }
 
 static uint64_t teardown(xseg_t *xs, int call_driver, const char **last);
+static int default_device(const xseg_t *xs);
 
 xseg_status xseg_create(xseg_t **out, int device, const char *conf)
 {
@@ -156,7 +205,7 @@ xseg_status xseg_create_with_driver(xseg_t **out, int device, const char *conf,
     if (!out)
         return xseg_fail(NULL, XSEG_ERR_INVALID_ARG, "xseg_create: out is NULL");
     *out = NULL;
-    pthread_once(&g_fork_once, register_fork);
+    xseg_fork_init();
     xseg_t *xs = calloc(1, sizeof *xs);
     if (!xs)
         return xseg_fail(NULL, XSEG_ERR_OOM, "xseg_create: no host memory");
@@ -245,6 +294,12 @@ xseg_status xseg_destroy(xseg_t *xs)
 {
     if (!xs)
         return xseg_fail(NULL, XSEG_ERR_INVALID_ARG, "xseg_destroy: allocator is NULL");
+    int def = default_device(xs);
+    if (def >= 0)
+        return xseg_fail(NULL, XSEG_ERR_INVALID_ARG,
+                         "xseg_destroy: %p is the process-wide default allocator of device %d "
+                         "(xseg_default), which lives until the process ends; destroy only "
+                         "allocators made with xseg_create", (void *)xs, def);
     /* In a forked child the parent's memory must not be touched: free the
      * bookkeeping only, no driver call. */
     int child = forked(xs);
@@ -695,24 +750,27 @@ xseg_status xseg_stats_json(xseg_t *xs, char *buf, size_t cap, size_t *len)
     return XSEG_OK;
 }
 
-/* ---- process-wide default allocators ---- */
+/* ---- process-wide default allocators ----
+ * Created on first use and never destroyed: they live until the process
+ * ends, and the system takes their memory back then.  An exit handler or a
+ * C++ static destructor runs at exit in an order xseg does not control
+ * (before or after any handler of xseg's), and may still allocate or free
+ * through xseg_default, the PyTorch entry points or an allocator pointer it
+ * kept: each finds a valid allocator.  Nothing else may destroy one either
+ * (xseg_destroy refuses), so the PyTorch entry points' per-device cache
+ * (plugin.c) never points at a destroyed allocator.  The stats_shm file is
+ * unlinked at exit by shm.c. */
 
 static _Atomic(xseg_t *) g_defaults[XSEG_MAX_DEVICES];
-static pthread_mutex_t g_default_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *g_default_conf;
-static int g_atexit_set;
 
-static void destroy_defaults(void)
+/* The device whose default allocator xs is, or -1. */
+static int default_device(const xseg_t *xs)
 {
-    for (int d = 0; d < XSEG_MAX_DEVICES; d++) {
-        xseg_t *xs = atomic_exchange(&g_defaults[d], NULL);
-        /* The CUDA driver may already be shut down at exit: the process's
-         * device memory goes with it, so only host allocators are torn down. */
-        if (xs && xs->drv == &xseg_driver_host)
-            xseg_destroy(xs);
-    }
-    free(g_default_conf);
-    g_default_conf = NULL;
+    for (int d = 0; d < XSEG_MAX_DEVICES; d++)
+        if (atomic_load_explicit(&g_defaults[d], memory_order_acquire) == xs)
+            return d;
+    return -1;
 }
 
 xseg_status xseg_default(int device, xseg_t **out)
@@ -725,13 +783,11 @@ xseg_status xseg_default(int device, xseg_t **out)
     xseg_t *xs = atomic_load_explicit(&g_defaults[device], memory_order_acquire);
     xseg_status st = XSEG_OK;
     if (!xs) {
+        xseg_fork_init(); /* before the first g_default_lock */
         pthread_mutex_lock(&g_default_lock);
         xs = atomic_load(&g_defaults[device]);
-        if (!xs && (st = xseg_create(&xs, device, g_default_conf)) == XSEG_OK) {
+        if (!xs && (st = xseg_create(&xs, device, g_default_conf)) == XSEG_OK)
             atomic_store_explicit(&g_defaults[device], xs, memory_order_release);
-            if (!g_atexit_set)
-                g_atexit_set = atexit(destroy_defaults) == 0;
-        }
         pthread_mutex_unlock(&g_default_lock);
     }
     *out = xs;
@@ -740,6 +796,7 @@ xseg_status xseg_default(int device, xseg_t **out)
 
 xseg_status xseg_set_default_conf(const char *conf)
 {
+    xseg_fork_init();
     pthread_mutex_lock(&g_default_lock);
     for (int d = 0; d < XSEG_MAX_DEVICES; d++)
         if (atomic_load(&g_defaults[d])) {

@@ -38,4 +38,8 @@ int xseg_host_is_accessible(void *ctx, uintptr_t va);
 /* Number of syncs (event_sync + stream_sync) the context performed. */
 uint64_t xseg_host_sync_count(void *ctx);
 
+/* Register the backend's fork handler (its counter lock held across fork())
+ * if not yet done; api.c's fork module registers its own after it. */
+void xhost_fork_init(void);
+
 #endif

@@ -252,6 +252,15 @@ void xseg_hist_fini(xseg_t *xs);
  * fork() and this is the child (api.c).  Entry points call it before
  * taking xs->lock, which a parent's thread may have held at the fork. */
 xseg_status xseg_check_fork(xseg_t *xs, const char *what);
+/* fork(): the process-wide locks held across it (api.c says the order).
+ * xseg_fork_init registers the handlers once; each *_fork_lock takes (1) or
+ * gives back (0) its file's lock; xtc_fork_init (and xhost_fork_init,
+ * driver_host.h) register their file's own pthread_atfork handler if not yet
+ * done. */
+void xseg_fork_init(void);
+void xplugin_fork_lock(int take);
+void xshm_fork_lock(int take);
+void xtc_fork_init(void);
 
 /* Create an allocator over a given driver table (fault injection in tests). */
 xseg_status xseg_create_with_driver(xseg_t **out, int device, const char *conf,

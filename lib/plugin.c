@@ -7,7 +7,11 @@
  * while the graph lives; the pool is destroyed at the first empty_cache
  * (xseg_torch_reset) after its last graph is released and its last block
  * freed.  The hooks that return nothing clear xseg_last_error() on entry:
- * empty after the call means success. */
+ * empty after the call means success.  Nothing here is destroyed at exit:
+ * the default allocators live until the process ends (api.c) and so do the
+ * pools, so an exit handler or a C++ static destructor that frees a tensor
+ * late finds valid allocators.  The pool lock is held across fork() (api.c's
+ * fork module, xplugin_fork_lock). */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -37,7 +41,6 @@ static _Atomic(tpool *) g_capture[PLUG_MAX_DEVICES];
 static pthread_mutex_t g_pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static tpool *g_pools;
 static atomic_int g_npools;
-static int g_atexit_set;
 static atomic_int g_device_count = -1;
 
 /* ---- the CUDA driver, for what the driver table lacks: the thread's
@@ -171,6 +174,27 @@ static xseg_t *default_owner(int device, const void *ptr)
     return NULL;
 }
 
+/* ---- the pool lock, also held across fork() ---- */
+
+static void pool_lock(void)
+{
+    xseg_fork_init(); /* the fork handler exists before the lock is first taken */
+    pthread_mutex_lock(&g_pool_lock);
+}
+
+static void pool_unlock(void)
+{
+    pthread_mutex_unlock(&g_pool_lock);
+}
+
+void xplugin_fork_lock(int take)
+{
+    if (take)
+        pthread_mutex_lock(&g_pool_lock);
+    else
+        pthread_mutex_unlock(&g_pool_lock);
+}
+
 /* ---- graph pools (g_pool_lock held) ---- */
 
 static int same_id(xseg_torch_pool_id a, xseg_torch_pool_id b)
@@ -211,24 +235,6 @@ static char *pool_conf(void)
     return text;
 }
 
-static void destroy_host_pools(void)
-{
-    pthread_mutex_lock(&g_pool_lock);
-    for (tpool **pp = &g_pools; *pp;) {
-        tpool *p = *pp;
-        if (!p->xs || !is_cuda(p->xs)) { /* the CUDA driver may be gone at exit */
-            *pp = p->next;
-            if (p->xs)
-                xseg_destroy(p->xs);
-            free(p);
-            atomic_fetch_sub(&g_npools, 1);
-        } else {
-            pp = &p->next;
-        }
-    }
-    pthread_mutex_unlock(&g_pool_lock);
-}
-
 static tpool *pool_new(int device, xseg_torch_pool_id id)
 {
     tpool *p = calloc(1, sizeof *p);
@@ -248,8 +254,6 @@ static tpool *pool_new(int device, xseg_torch_pool_id id)
     p->next = g_pools;
     g_pools = p;
     atomic_fetch_add(&g_npools, 1);
-    if (!g_atexit_set)
-        g_atexit_set = atexit(destroy_host_pools) == 0;
     return p;
 }
 
@@ -266,7 +270,7 @@ static int pool_idle(tpool *p)
 static int pools_collect(int device)
 {
     tpool *dead = NULL;
-    pthread_mutex_lock(&g_pool_lock);
+    pool_lock();
     for (tpool **pp = &g_pools; *pp;) {
         tpool *p = *pp;
         if ((device < 0 || p->device == device) && pool_idle(p)) {
@@ -278,7 +282,7 @@ static int pools_collect(int device)
             pp = &p->next;
         }
     }
-    pthread_mutex_unlock(&g_pool_lock);
+    pool_unlock();
     int n = 0;
     for (tpool *p = dead; p; n++) {
         tpool *next = p->next;
@@ -305,7 +309,7 @@ static void *alloc_from(xseg_t *xs, size_t size, void *stream)
 static void *pool_alloc(int device, size_t size, void *stream, int *routed)
 {
     void *ptr = NULL;
-    pthread_mutex_lock(&g_pool_lock);
+    pool_lock();
     tpool *p = atomic_load(&g_capture[device]);
     *routed = p != NULL;
     if (p && !p->xs) {
@@ -318,7 +322,7 @@ static void *pool_alloc(int device, size_t size, void *stream, int *routed)
         ptr = alloc_from(p->xs, size, stream);
         restore_capture(mode);
     }
-    pthread_mutex_unlock(&g_pool_lock);
+    pool_unlock();
     return ptr;
 }
 
@@ -347,11 +351,11 @@ void *xseg_torch_alloc(size_t size, int device, void *stream)
 
 static int pool_free(void *ptr)
 {
-    pthread_mutex_lock(&g_pool_lock);
+    pool_lock();
     tpool *p = pool_holding(ptr);
     if (p)
         xseg_free(p->xs, ptr);
-    pthread_mutex_unlock(&g_pool_lock);
+    pool_unlock();
     return p != NULL;
 }
 
@@ -377,11 +381,11 @@ void xseg_torch_free(void *ptr, size_t size, int device, void *stream)
 
 static int pool_record(void *ptr, void *stream)
 {
-    pthread_mutex_lock(&g_pool_lock);
+    pool_lock();
     tpool *p = pool_holding(ptr);
     if (p)
         xseg_record_stream(p->xs, ptr, stream);
-    pthread_mutex_unlock(&g_pool_lock);
+    pool_unlock();
     return p != NULL;
 }
 
@@ -459,7 +463,7 @@ void xseg_torch_begin_pool(int device, xseg_torch_pool_id id, void *filter)
     xseg_clear_error();
     if (!check_device(device, "xseg_torch_begin_pool"))
         return;
-    pthread_mutex_lock(&g_pool_lock);
+    pool_lock();
     tpool *p = pool_find(device, id);
     if (!p)
         p = pool_new(device, id);
@@ -467,7 +471,7 @@ void xseg_torch_begin_pool(int device, xseg_torch_pool_id id, void *filter)
         p->refs++;
         atomic_store_explicit(&g_capture[device], p, memory_order_release);
     }
-    pthread_mutex_unlock(&g_pool_lock);
+    pool_unlock();
 }
 
 void xseg_torch_end_pool(int device, xseg_torch_pool_id id)
@@ -475,11 +479,11 @@ void xseg_torch_end_pool(int device, xseg_torch_pool_id id)
     xseg_clear_error();
     if (!check_device(device, "xseg_torch_end_pool"))
         return;
-    pthread_mutex_lock(&g_pool_lock);
+    pool_lock();
     tpool *p = atomic_load(&g_capture[device]);
     if (p && same_id(p->id, id))
         atomic_store_explicit(&g_capture[device], NULL, memory_order_release);
-    pthread_mutex_unlock(&g_pool_lock);
+    pool_unlock();
 }
 
 static void pool_add_info(tpool *p, xseg_torch_pools_info *out)
@@ -504,11 +508,11 @@ xseg_status xseg_torch_pools(int device, xseg_torch_pools_info *out)
     memset(out, 0, sizeof *out);
     if (device != -1 && !check_device(device, "xseg_torch_pools"))
         return XSEG_ERR_NO_DEVICE;
-    pthread_mutex_lock(&g_pool_lock);
+    pool_lock();
     for (tpool *p = g_pools; p; p = p->next)
         if (device < 0 || p->device == device)
             pool_add_info(p, out);
-    pthread_mutex_unlock(&g_pool_lock);
+    pool_unlock();
     return XSEG_OK;
 }
 
@@ -517,9 +521,9 @@ void xseg_torch_release_pool(int device, xseg_torch_pool_id id)
     xseg_clear_error();
     if (!check_device(device, "xseg_torch_release_pool"))
         return;
-    pthread_mutex_lock(&g_pool_lock);
+    pool_lock();
     tpool *p = pool_find(device, id);
     if (p && p->refs)
         p->refs--; /* destroyed at the next empty_cache once idle */
-    pthread_mutex_unlock(&g_pool_lock);
+    pool_unlock();
 }

@@ -4,8 +4,11 @@
  * never disturbed (the host backend's memory is a MAP_SHARED memfd, so a
  * release in the child would punch holes in the parent's data).  A new
  * allocator created in the child works.  Also under concurrent traffic in
- * the parent (locks held at the moment of fork) and through exit() in the
- * child (the process-wide allocators' atexit teardown). */
+ * the parent (locks held at the moment of fork: the allocator's, and every
+ * process-wide lock, with threads inside xseg_default, the PyTorch entry
+ * points, graph pools and stats_shm), through exit() in the child, and at
+ * exit in a fresh process whose exit handler, registered before xseg's
+ * first use, still frees and allocates through the default allocator. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -13,10 +16,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#endif
+#ifndef RUNNING_ON_VALGRIND
+#define RUNNING_ON_VALGRIND 0
+#endif
 
 #include "driver_host.h"
 #include "internal.h"
+#include "shm_format.h"
 #include "support_common.h"
 
 /* In the child the inherited driver context is abandoned by design (no
@@ -195,7 +207,8 @@ START_TEST(child_leaves_without_destroy)
 }
 END_TEST
 
-/* exit() in the child runs the atexit teardown of the default allocators. */
+/* exit() in the child: the inherited default allocator fails with
+ * XSEG_ERR_FORKED, and nothing of xseg is torn down at exit. */
 static void child_exit_with_defaults(void *arg)
 {
     (void)arg;
@@ -203,7 +216,7 @@ static void child_exit_with_defaults(void *arg)
     void *p = NULL;
     child_expect(xseg_default(0, &d) == XSEG_OK && d, "xseg_default in the child");
     if (d)
-        abandon(d); /* exit() destroys it: bookkeeping only */
+        abandon(d);
     if (d)
         child_forked(xseg_alloc(d, 1000, NULL, &p), "xseg_alloc on the inherited default");
     child_expect(xseg_torch_alloc(1000, 0, NULL) == NULL, "xseg_torch_alloc in the child");
@@ -307,11 +320,238 @@ START_TEST(fork_during_traffic)
 }
 END_TEST
 
-int main(void)
+/* ---- fork while other threads hold the process-wide locks ----
+ * Threads sit in xseg_default (device 1 fails to open, retried under the
+ * defaults lock each time), in the PyTorch entry points, in graph pools
+ * (whose lock is held across a pool's creation) and in stats_shm allocators
+ * (the file lock, around creation and destroy).  Before these locks were
+ * held across fork(), a child hung on one of them nearly every time. */
+
+typedef struct hammer {
+    atomic_int stop;
+    atomic_long ops;
+} hammer;
+
+static void *hammer_default(void *arg)
+{
+    hammer *h = arg;
+    while (!atomic_load(&h->stop)) {
+        xseg_t *x = NULL;
+        xseg_default(1, &x);
+        atomic_fetch_add(&h->ops, 1);
+    }
+    return NULL;
+}
+
+static void *hammer_torch(void *arg)
+{
+    hammer *h = arg;
+    unsigned seed = 7;
+    while (!atomic_load(&h->stop)) {
+        size_t size = 1 + (size_t)rand_r(&seed) % MiB;
+        void *p = xseg_torch_alloc(size, 0, NULL);
+        if (p)
+            xseg_torch_free(p, size, 0, NULL);
+        atomic_fetch_add(&h->ops, 1);
+    }
+    return NULL;
+}
+
+static void *hammer_pools(void *arg)
+{
+    hammer *h = arg;
+    for (uint64_t k = 0; !atomic_load(&h->stop); k++) {
+        xseg_torch_pool_id id = {0x9001, k};
+        xseg_torch_begin_pool(0, id, NULL);
+        void *p = xseg_torch_alloc(4096, 0, NULL);
+        xseg_torch_end_pool(0, id);
+        if (p)
+            xseg_torch_free(p, 4096, 0, NULL);
+        xseg_torch_release_pool(0, id);
+        xseg_torch_reset();
+        atomic_fetch_add(&h->ops, 1);
+    }
+    return NULL;
+}
+
+#define SHM_CONF "backend:host,host_capacity:64MB,stats_shm:on"
+
+static void *hammer_shm(void *arg)
+{
+    hammer *h = arg;
+    while (!atomic_load(&h->stop)) {
+        xseg_t *x = NULL;
+        void *p = NULL;
+        if (xseg_create(&x, 0, SHM_CONF) == XSEG_OK) {
+            xseg_alloc(x, 10000, NULL, &p);
+            if (p)
+                xseg_free(x, p);
+            xseg_destroy(x);
+        }
+        atomic_fetch_add(&h->ops, 1);
+    }
+    return NULL;
+}
+
+/* In the child: every path through a process-wide lock completes. */
+static void locks_child(void *arg)
+{
+    (void)arg;
+    xseg_t *x = NULL;
+    child_expect(xseg_default(1, &x) == XSEG_ERR_NO_DEVICE, "xseg_default(1) in the child");
+    child_expect(xseg_default(0, &x) == XSEG_OK && x, "xseg_default(0) in the child");
+    if (x)
+        abandon(x); /* the parent's (XSEG_ERR_FORKED here), or one made here */
+    xseg_torch_pool_id id = {0xc41d, (uint64_t)getpid()};
+    xseg_torch_begin_pool(0, id, NULL);
+    child_expect(xseg_last_error()[0] == '\0', "xseg_torch_begin_pool in the child");
+    void *p = xseg_torch_alloc(4096, 0, NULL);
+    child_expect(p != NULL, "xseg_torch_alloc into the child's own graph pool");
+    xseg_torch_end_pool(0, id);
+    if (p) {
+        t_fill(p, 4096, 9);
+        child_expect(t_check(p, 4096, 9), "data in the child's pool");
+        xseg_torch_free(p, 4096, 0, NULL);
+        child_expect(xseg_last_error()[0] == '\0', "xseg_torch_free in the child");
+    }
+    xseg_torch_release_pool(0, id);
+    xseg_torch_reset();
+    xseg_t *mine = NULL;
+    void *q = NULL;
+    child_expect(xseg_create(&mine, 0, SHM_CONF) == XSEG_OK, "xseg_create with stats_shm in the child");
+    if (mine) {
+        child_expect(xseg_alloc(mine, 10000, NULL, &q) == XSEG_OK, "alloc in the child");
+        child_expect(!q || xseg_free(mine, q) == XSEG_OK, "free in the child");
+        child_expect(xseg_destroy(mine) == XSEG_OK, "destroy in the child");
+    }
+}
+
+START_TEST(fork_while_threads_hold_process_locks)
+{
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+    printf("fork: fork while threads hold process locks skipped under a sanitizer\n");
+    return; /* as fork_during_traffic: the sanitizers' allocators are not fork-safe */
+#endif
+    char dir[] = "/tmp/xseg-fork-shm.XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    setenv(XSEG_SHM_DIR_ENV, dir, 1); /* before the threads start */
+    hammer h = {0};
+    void *(*fns[4])(void *) = {hammer_default, hammer_torch, hammer_pools, hammer_shm};
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(pthread_create(&th[i], NULL, fns[i], &h), 0);
+    int forks = RUNNING_ON_VALGRIND ? 10 : 50, bad = 0;
+    for (int k = 0; k < forks; k++) {
+        usleep(1000);
+        bad += in_child(locks_child, NULL) != 0; /* a hang fails in in_child */
+    }
+    atomic_store(&h.stop, 1);
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    xseg_torch_reset();
+    xseg_torch_pools_info info;
+    ck_assert_int_eq(xseg_torch_pools(-1, &info), XSEG_OK);
+    ck_assert_uint_eq(info.pools, 0);
+    unsetenv(XSEG_SHM_DIR_ENV);
+    ck_assert_msg(rmdir(dir) == 0, "%s not empty: a stats_shm file was left behind", dir);
+    ck_assert_int_eq(bad, 0);
+    printf("fork: %d children forked during %ld operations of 4 threads\n", forks,
+           atomic_load(&h.ops));
+}
+END_TEST
+
+/* ---- exit handlers that run after xseg's own ----
+ * A fresh process (this program run again with EXIT_CHILD) registers an
+ * exit handler before its first use of xseg, so that any handler xseg
+ * registers runs before it.  The handler frees what it got from
+ * xseg_torch_alloc and from the default allocator, and allocates again.
+ * Before, xseg destroyed the default allocators at exit and this reached
+ * freed memory through the PyTorch entry points' device cache (ASan:
+ * heap-use-after-free; without ASan, the free was refused as "not
+ * allocated by xseg"). */
+
+#define EXIT_CHILD "--exit-handler-child"
+
+static const char *g_argv0;
+static int g_late_bad;
+static void *g_late_torch, *g_late_own;
+static xseg_t *g_late_def;
+
+static void late_expect(int ok, const char *what)
+{
+    if (!ok) {
+        fprintf(stderr, "exit handler: %s (last error: %s)\n", what, xseg_last_error());
+        g_late_bad++;
+    }
+}
+
+static void late_exit_handler(void)
+{
+    xseg_torch_free(g_late_torch, 4096, 0, NULL);
+    late_expect(xseg_last_error()[0] == '\0', "xseg_torch_free at exit");
+    late_expect(xseg_free(g_late_def, g_late_own) == XSEG_OK, "xseg_free on the default at exit");
+    xseg_t *d = NULL;
+    late_expect(xseg_default(0, &d) == XSEG_OK && d == g_late_def,
+                "xseg_default at exit gives the same allocator");
+    void *p = xseg_torch_alloc(8192, 0, NULL);
+    late_expect(p != NULL, "xseg_torch_alloc at exit");
+    if (p) {
+        t_fill(p, 8192, 4);
+        late_expect(t_check(p, 8192, 4), "data allocated at exit");
+    }
+    xseg_torch_free(p, 8192, 0, NULL);
+    late_expect(xseg_last_error()[0] == '\0', "xseg_torch_free of it at exit");
+    xseg_stats st = {.size = sizeof st};
+    late_expect(d && xseg_get_stats(d, &st) == XSEG_OK && st.active_blocks.current == 0,
+                "nothing live left at exit");
+    if (g_late_bad)
+        _exit(3);
+}
+
+static int exit_child_main(void)
+{
+    alarm(20);
+    atexit(late_exit_handler); /* before xseg's first use */
+    g_late_torch = xseg_torch_alloc(4096, 0, NULL);
+    if (!g_late_torch || xseg_default(0, &g_late_def) != XSEG_OK ||
+        xseg_alloc(g_late_def, 5000, NULL, &g_late_own) != XSEG_OK) {
+        fprintf(stderr, "exit child: setup failed: %s\n", xseg_last_error());
+        _exit(2);
+    }
+    return 0; /* exit(): xseg's handlers (if any) run first, then late_exit_handler */
+}
+
+START_TEST(exit_handler_after_xseg_uses_defaults)
+{
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0)
+        self[n] = '\0';
+    else
+        snprintf(self, sizeof self, "%s", g_argv0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        execl(self, self, EXIT_CHILD, (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFEXITED(st), "exit child killed by signal %d", WTERMSIG(st));
+    ck_assert_msg(WEXITSTATUS(st) == 0,
+                  "exit child exited %d (3: the exit handler failed, see stderr; 1: ASan)",
+                  WEXITSTATUS(st));
+}
+END_TEST
+
+int main(int argc, char **argv)
 {
     /* The default allocators of these tests are host ones, on any machine
      * (a GPU cannot be used in a forked child at all). */
     setenv("XSEG_CONF", "backend:host", 1);
+    g_argv0 = argv[0];
+    if (argc > 1 && strcmp(argv[1], EXIT_CHILD) == 0)
+        return exit_child_main();
     Suite *s = suite_create("fork");
     TCase *tc = tcase_create("fork");
     tcase_set_timeout(tc, 120);
@@ -319,6 +559,8 @@ int main(void)
     tcase_add_test(tc, child_leaves_without_destroy);
     tcase_add_test(tc, child_exit_runs_default_teardown);
     tcase_add_test(tc, fork_during_traffic);
+    tcase_add_test(tc, fork_while_threads_hold_process_locks);
+    tcase_add_test(tc, exit_handler_after_xseg_uses_defaults);
     suite_add_tcase(s, tc);
     return t_run(s);
 }
