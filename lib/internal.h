@@ -90,7 +90,10 @@ typedef struct xstream {
     void *event;           /* our reusable event on this stream */
     uint64_t ev_epoch;     /* epoch the event was recorded for, 0 = none */
     int retired;           /* xseg_stream_retire: all its work is done */
-    struct xstream *next_all;
+    int gone;              /* retired by the application: its handle is never
+                              named to the driver again (streams.c) */
+    int mark;              /* reachability, when gone states are collected */
+    struct xstream *next_all; /* in xs->all_streams, or xs->gone_streams */
 } xstream;
 
 /* Wait record for a block or slot freed while used on other streams. */
@@ -157,6 +160,8 @@ struct xseg {
     xseg_ptrmap uses;     /* user address -> xuses* */
     xstream *last_stream;
     xstream *all_streams;
+    xstream *gone_streams; /* retired states still referred to (streams.c) */
+    size_t ngone, gone_floor;
     xpending *pend_head, *pend_tail;
     size_t pend_count;
     xblock *moved;        /* XB_MOVED blocks, linked by lnext */
@@ -333,6 +338,11 @@ int xstream_done(xseg_t *xs, xstream *s, uint64_t epoch, int block);
 void xstreams_fini(xseg_t *xs, int call_driver);
 /* Wait for the stream's work, then detach it (xseg_stream_retire). */
 void xstream_retire(xseg_t *xs, xstream *s);
+/* Free the states of retired streams nothing refers to any more (waits for
+ * their retire-time events if `block`). */
+void xstreams_collect(xseg_t *xs, int block);
+/* Stream states held: live streams plus retired ones not yet freed. */
+size_t xstreams_count(const xseg_t *xs);
 xseg_status xuses_add(xseg_t *xs, uintptr_t addr, xstream *s);
 /* Move a freed user allocation with uses to the pending list. */
 xseg_status xpending_add(xseg_t *xs, uintptr_t addr, uintptr_t tag, xuses *u);
@@ -367,6 +377,8 @@ xseg_status xsmall_alloc(xseg_t *xs, xstream *s, int cls, size_t size, void **ou
 void xsmall_free(xseg_t *xs, xslab *slab, uintptr_t addr);
 /* Release every empty slab (trim). */
 void xsmall_drop_empty(xseg_t *xs);
+/* Release the empty slabs of a retired stream whose work is done. */
+void xsmall_drop_stream(xseg_t *xs, xstream *s);
 
 /* ---- stats.c ---- */
 void xseg_fill_stats(xseg_t *xs, xseg_stats *st);

@@ -164,9 +164,10 @@ void xsmall_free(xseg_t *xs, xslab *sl, uintptr_t addr)
     sl->nfree++;
     if (!sl->listed)
         link_slab(sl);
-    /* Keep one empty slab per class and stream; give back the others. */
-    if (sl->nfree == sl->nslots &&
-        (sl->prev || sl->next || xs->conf.release_threshold == XSEG_RELEASE_NOW))
+    /* Keep one empty slab per class and stream; give back the others, and
+     * every one of a retired stream (nothing allocates from it again). */
+    if (sl->nfree == sl->nslots && (sl->prev || sl->next || sl->owner->retired ||
+                                    xs->conf.release_threshold == XSEG_RELEASE_NOW))
         slab_destroy(xs, sl);
 }
 
@@ -175,18 +176,26 @@ uint32_t xsmall_requested(const xslab *sl, uintptr_t addr)
     return sl->req[(addr - sl->blk->addr) / sl->slot_size];
 }
 
+void xsmall_drop_stream(xseg_t *xs, xstream *s)
+{
+    for (uint32_t c = 0; c < xs->nclasses; c++) {
+        xslab *sl = s->partial[c];
+        while (sl) {
+            xslab *n = sl->next;
+            if (sl->nfree == sl->nslots)
+                slab_destroy(xs, sl);
+            sl = n;
+        }
+    }
+}
+
+/* Retired streams are settled and collected first (waiting for their
+ * retire-time events): their slabs are already gone then. */
 void xsmall_drop_empty(xseg_t *xs)
 {
+    xstreams_collect(xs, 1);
     for (xstream *s = xs->all_streams; s; s = s->next_all)
-        for (uint32_t c = 0; c < xs->nclasses; c++) {
-            xslab *sl = s->partial[c];
-            while (sl) {
-                xslab *n = sl->next;
-                if (sl->nfree == sl->nslots)
-                    slab_destroy(xs, sl);
-                sl = n;
-            }
-        }
+        xsmall_drop_stream(xs, s);
 }
 
 static void free_slab_meta(xslab *sl)
