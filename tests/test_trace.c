@@ -292,6 +292,15 @@ static const bad_case bad_cases[] = {
     { "a,1,1\0000,0\n", 10, 1, "embedded NUL byte at column 6" },
     { "a,1,10,0\n# c\0omment\n", 20, 2, "embedded NUL" },
     { "# xseg-trace v2\na,1,5,0\n", 0, 1, "unsupported trace format version" },
+    /* what xseg-record's own parser let through (issue 19, defect 8) */
+    { "a,1,100,0junk\n", 0, 1, "non-numeric stream '0junk'" },
+    { "a,1,100,0\nf,1 x\n", 0, 2, "non-numeric id '1 x'" },
+    { "a,1,100kB,0\n", 0, 1, "non-numeric bytes '100kB'" },
+    { "a,+1,100,0\n", 0, 1, "non-numeric id '+1'" },
+    { "a,1,100,-0\n", 0, 1, "negative stream '-0'" },
+    { "a,18446744073709551615,100,0\n", 0, 1, "id 18446744073709551615 is too large" },
+    { "a,1,5,0\nf,18446744073709551615\n", 0, 2, "id 18446744073709551615 is too large" },
+    { "a,1,100,0\0junk\nf,1\n", 19, 1, "embedded NUL byte at column 10" },
     { "a,9223372036854775807,9223372036854775807,0\na,2,9223372036854775807,0\n"
       "a,3,9223372036854775807,0\n", 0, 3, "live bytes overflow" },
 };
@@ -329,6 +338,95 @@ START_TEST(line_too_long)
     ck_assert_uint_eq(err.line, 2);
     ck_assert_ptr_nonnull(strstr(err.message, "line too long"));
     free(text);
+}
+END_TEST
+
+/* Line numbers stay right whatever the buffer holds: the reader starts with
+ * a buffer sized to the input and doubles it, so lines (short, 4096 bytes,
+ * long comments) fall across every kind of boundary.  The bad line is at a
+ * known number, read from memory and from a file. */
+static char *boundary_text(int pad, size_t *len, uint64_t *bad_line)
+{
+    size_t cap = 400000, n = 0;
+    uint64_t line = 0;
+    char *t = malloc(cap);
+    ck_assert_ptr_nonnull(t);
+    for (int i = 0; i < pad; i++, line++)
+        n += (size_t)sprintf(t + n, "#%*s\n", i * 37 % 300, "");
+    for (int i = 1; n < 250000; i++) {
+        if (i % 50 == 0) { /* a 6000-byte comment: one line */
+            t[n++] = '#';
+            memset(t + n, 'c', 6000);
+            n += 6000;
+            t[n++] = '\n';
+            line++;
+        } else if (i % 77 == 0) { /* exactly XSEG_TRACE_MAX_LINE bytes */
+            int k = sprintf(t + n, "a,%d,", 1000000 + i);
+            memset(t + n + k, '0', XSEG_TRACE_MAX_LINE - k - 3);
+            memcpy(t + n + XSEG_TRACE_MAX_LINE - 3, "1,0\n", 4);
+            n += XSEG_TRACE_MAX_LINE + 1;
+            n += (size_t)sprintf(t + n, "f,%d\n", 1000000 + i);
+            line += 2;
+        } else {
+            n += (size_t)sprintf(t + n, "a,%d,%d,%d\nf,%d\n", i, i * 13 + 1, i % 3, i);
+            line += 2;
+        }
+    }
+    n += (size_t)sprintf(t + n, "f,77777777\na,1,5,0\n");
+    *bad_line = line + 1;
+    *len = n;
+    return t;
+}
+
+START_TEST(line_numbers_across_buffers)
+{
+    size_t len;
+    uint64_t want;
+    char *text = boundary_text(_i * 7, &len, &want);
+    xseg_trace *t = NULL;
+    xseg_trace_error err;
+    ck_assert_int_eq(xseg_trace_parse(text, len, "mem", &t, &err), XSEG_TRACE_ERR_FORMAT);
+    ck_assert_msg(err.line == want, "memory: line %llu, want %llu: %s",
+                  (unsigned long long)err.line, (unsigned long long)want, err.message);
+    ck_assert_ptr_nonnull(strstr(err.message, "free of unknown id 77777777"));
+    const char *path = write_plain("boundary.csv", text, len);
+    ck_assert_int_eq(xseg_trace_load(path, &t, &err), XSEG_TRACE_ERR_FORMAT);
+    ck_assert_msg(err.line == want, "file: line %llu, want %llu: %s",
+                  (unsigned long long)err.line, (unsigned long long)want, err.message);
+    /* without the bad line it loads, with every line counted */
+    len -= strlen("f,77777777\na,1,5,0\n");
+    ck_assert_msg(xseg_trace_load(write_plain("boundary.csv", text, len), &t, &err) ==
+                  XSEG_TRACE_OK, "%s", err.message);
+    ck_assert_uint_eq(t->nlines, want - 1);
+    ck_assert_uint_eq(t->nevents + t->nskipped, want - 1);
+    xseg_trace_free(t);
+    free(text);
+}
+END_TEST
+
+/* Tiny inputs: every prefix of a short trace parses or fails cleanly. */
+START_TEST(tiny_inputs)
+{
+    static const char text[] = "# c\na,1,100,0\na,2,7,1\nf,1\nf,2\n";
+    for (size_t n = 0; n <= sizeof text - 1; n++) {
+        xseg_trace *t = NULL;
+        xseg_trace_error err;
+        xseg_trace_status st = xseg_trace_parse(text, n, "tiny", &t, &err);
+        if (st == XSEG_TRACE_OK) {
+            ck_assert_ptr_nonnull(t);
+            xseg_trace_free(t);
+        } else {
+            ck_assert_int_eq(st, XSEG_TRACE_ERR_FORMAT);
+            ck_assert_uint_ge(err.line, 1);
+        }
+    }
+    xseg_trace *t = NULL;
+    xseg_trace_error err;
+    ck_assert_int_eq(xseg_trace_parse(text, sizeof text - 1, "tiny", &t, &err), XSEG_TRACE_OK);
+    ck_assert_uint_eq(t->nevents, 4);
+    ck_assert_uint_eq(t->nstreams, 2);
+    ck_assert_uint_eq(xseg_trace_line_of(t, 3), 5);
+    xseg_trace_free(t);
 }
 END_TEST
 
@@ -586,6 +684,8 @@ int main(void)
     tcase_add_test(parse, long_comment_skipped);
     tcase_add_loop_test(bad, malformed, 0, (int)(sizeof bad_cases / sizeof *bad_cases));
     tcase_add_test(bad, line_too_long);
+    tcase_add_loop_test(bad, line_numbers_across_buffers, 0, 6);
+    tcase_add_test(bad, tiny_inputs);
     tcase_add_test(bad, io_errors);
     tcase_add_test(bad, bad_gzip);
     tcase_add_test(bad, fuzz);

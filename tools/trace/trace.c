@@ -1,6 +1,8 @@
-/* trace.c: loads an xseg-trace v1 file: pulls text from a byte source in
- * 1 MiB chunks, cuts it into lines, hands each to the parser and the
- * builder, and turns any failure into an xseg_trace_error naming the line. */
+/* trace.c: loads an xseg-trace v1 file: pulls text from a byte source into
+ * a buffer sized to the input (small for small inputs, doubling while reads
+ * fill it, up to 1 MiB chunks), cuts it into lines, hands each to the parser
+ * and the builder, and turns any failure into an xseg_trace_error naming the
+ * line. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +10,9 @@
 #include "trace_internal.h"
 
 #define CHUNK ((size_t)1 << 20)
+#define BUF_MAX (CHUNK + XSEG_TRACE_MAX_LINE + 1)
+#define BUF_MIN ((size_t)64)
+#define BUF_FILE ((size_t)64 << 10)   /* first buffer for a file */
 
 typedef struct loader {
     trace_source src;
@@ -17,6 +22,8 @@ typedef struct loader {
     int in_comment;      /* skipping the rest of an over-long comment */
     xseg_trace_error *err;
     char *buf;
+    size_t cap;          /* bytes at buf */
+    size_t hint;         /* input size + 1 when known, else 0 */
 } loader;
 
 const char *xseg_trace_status_name(xseg_trace_status status)
@@ -139,16 +146,38 @@ static xseg_trace_status keep_rest(loader *L, size_t used, size_t *have)
     return XSEG_TRACE_OK;
 }
 
+/* Double the buffer (up to BUF_MAX) when the last read filled it.  A
+ * partial line never exceeds XSEG_TRACE_MAX_LINE bytes (keep_rest), so a
+ * buffer of BUF_MAX always has room left. */
+static int make_room(loader *L, size_t have, int filled)
+{
+    size_t cap = L->cap * 2 < BUF_MAX ? L->cap * 2 : BUF_MAX;
+    char *p;
+    if ((!filled && have < L->cap) || cap <= L->cap)
+        return 0;
+    p = realloc(L->buf, cap);
+    if (!p)
+        return -1;
+    L->buf = p;
+    L->cap = cap;
+    return 0;
+}
+
 static xseg_trace_status read_all(loader *L)
 {
     size_t have = 0, used;
+    int filled = 0;
     xseg_trace_status st;
     for (;;) {
-        long got = L->src.read(&L->src, L->buf + have, CHUNK);
+        long got;
+        if (make_room(L, have, filled) != 0)
+            return fail(L->err, XSEG_TRACE_ERR_NOMEM, L->line, "%s: out of memory", L->name);
+        got = L->src.read(&L->src, L->buf + have, L->cap - have);
         if (got < 0)
             return read_error(L);
         if (got == 0)
             break;
+        filled = (size_t)got == L->cap - have;
         have += (size_t)got;
         if (L->in_comment && (st = skip_comment(L, &have)) != XSEG_TRACE_OK)
             return st;
@@ -163,10 +192,21 @@ static xseg_trace_status read_all(loader *L)
     return have > 0 ? do_line(L, L->buf, have) : XSEG_TRACE_OK;
 }
 
+/* First buffer: the whole input when it is in memory and small, else
+ * BUF_FILE (a file's size is not known before it is decompressed). */
+static size_t first_cap(const loader *L)
+{
+    size_t want = L->hint ? L->hint : BUF_FILE;
+    if (want < BUF_MIN)
+        return BUF_MIN;
+    return want < BUF_FILE ? want : BUF_FILE;
+}
+
 static xseg_trace_status load(loader *L, xseg_trace **out)
 {
     xseg_trace_status st = XSEG_TRACE_ERR_NOMEM;
-    L->buf = malloc(CHUNK + XSEG_TRACE_MAX_LINE + 1);
+    L->cap = first_cap(L);
+    L->buf = malloc(L->cap);
     if (!L->buf || trace_builder_init(&L->b, L->name) != TRACE_BUILD_OK) {
         free(L->buf);
         L->src.close(&L->src);
@@ -215,7 +255,8 @@ xseg_trace_status xseg_trace_load(const char *path, xseg_trace **out, xseg_trace
 xseg_trace_status xseg_trace_parse(const char *text, size_t len, const char *name,
                                    xseg_trace **out, xseg_trace_error *err)
 {
-    loader L = { .name = name ? name : "(memory)", .err = err };
+    loader L = { .name = name ? name : "(memory)", .err = err,
+                 .hint = len < BUF_FILE ? len + 1 : BUF_FILE };
     xseg_trace_status st = start(out, err, text ? (const void *)text : (len ? NULL : ""));
     if (st != XSEG_TRACE_OK)
         return st;

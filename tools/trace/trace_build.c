@@ -10,7 +10,7 @@
 static int grow(void *pp, size_t *cap, size_t need, size_t elem)
 {
     void **p = pp;
-    size_t n = *cap ? *cap : 1024;
+    size_t n = *cap ? *cap : 16; /* then doubling: small inputs stay small */
     void *q;
     if (need <= *cap)
         return 0;
@@ -32,8 +32,8 @@ int trace_builder_init(trace_builder *b, const char *name)
         return TRACE_BUILD_NOMEM;
     b->t->name = strdup(name ? name : "(trace)");
     b->last_stream = TRACE_ID_EMPTY;
-    if (!b->t->name || trace_idmap_init(&b->ids, 4096) != 0 ||
-        trace_idmap_init(&b->streams, 16) != 0) {
+    if (!b->t->name || trace_idmap_init(&b->ids, 0) != 0 ||
+        trace_idmap_init(&b->streams, 0) != 0) {
         trace_builder_discard(b);
         return TRACE_BUILD_NOMEM;
     }

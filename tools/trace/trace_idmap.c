@@ -26,7 +26,7 @@ static trace_idmap_entry *idmap_alloc_table(size_t cap)
 
 int trace_idmap_init(trace_idmap *m, size_t hint)
 {
-    size_t cap = 1024;
+    size_t cap = 16; /* small inputs stay small; insert doubles it */
     while (cap < hint * 2 && cap < ((size_t)1 << 40))
         cap <<= 1;
     m->tab = idmap_alloc_table(cap);
