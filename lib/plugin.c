@@ -436,7 +436,7 @@ static void set_fraction(xseg_t *xs, double fraction)
     size_t cap = xs->conf.max_mapped ? xs->conf.max_mapped : SIZE_MAX;
     size_t by_fraction = (size_t)(fraction * (double)xs->dev_total);
     if (fraction > 0 && by_fraction < cap)
-        cap = by_fraction;
+        cap = by_fraction ? by_fraction : 1; /* a cap, never 0 (= none in the stats) */
     xs->conf.memory_fraction = fraction;
     xs->cap = cap;
     xlock_unlock(&xs->lock);

@@ -69,6 +69,16 @@ START_TEST(cap_of_zero_is_a_conf_error)
     void *p;
     ck_assert_int_eq(xseg_alloc(xs, 1, NULL, &p), XSEG_ERR_OOM);
     xseg_destroy(xs);
+    /* at run time (torch.cuda.set_per_process_memory_fraction) a fraction
+     * that tiny caps at 1 byte, as PyTorch refuses everything then; the
+     * stats show a cap, not "no cap" */
+    xseg_torch_memory_fraction(1e-15, 0);
+    ck_assert_str_eq(xseg_last_error(), "");
+    ck_assert_int_eq(xseg_default(0, &xs), XSEG_OK);
+    ck_assert_uint_eq(t_stats(xs).mapped_cap, 1);
+    ck_assert_ptr_null(xseg_torch_alloc(4096, 0, NULL));
+    xseg_torch_memory_fraction(0.0, 0);
+    ck_assert_uint_eq(t_stats(xs).mapped_cap, 0);
 }
 END_TEST
 
