@@ -429,12 +429,6 @@ void xtc_fork_init(void)
     pthread_once(&g_tc_once, make_key);
 }
 
-/* Register the fork handler now (api.c's fork module needs it before its own). */
-void xtc_fork_init(void)
-{
-    pthread_once(&g_tc_once, make_key);
-}
-
 /* Called without xs->lock, before the thread's first global allocation. */
 void xtc_attach(xseg_t *xs)
 {
