@@ -138,8 +138,9 @@ START_TEST(failed_retire_wait_keeps_the_retire_event)
 {
     xseg_t *xs = rec_host();
     void *h = t_host_ctx(xs);
-    void *p, *q, *r;
+    void *p, *q, *r, *own, *o2;
     ck_assert_int_eq(xseg_alloc(xs, 1 * MiB, S1, &p), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 2 * MiB, S2, &own), XSEG_OK);
     ck_assert_int_eq(xseg_record_stream(xs, p, S2), XSEG_OK);
     xseg_host_hold_stream(h, S2, 1);
     g_fail_waits = 1;
@@ -147,12 +148,16 @@ START_TEST(failed_retire_wait_keeps_the_retire_event)
     g_fail_waits = 0;
     g_gone[g_ngone++] = S2;
     ck_assert_int_eq(xseg_free(xs, p), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, own), XSEG_OK);
     ck_assert_int_eq(xseg_alloc(xs, 1 * MiB, S1, &q), XSEG_OK);
-    ck_assert_ptr_ne(q, p); /* S2's work on p is not known to be done */
+    ck_assert_int_eq(xseg_alloc(xs, 2 * MiB, S1, &o2), XSEG_OK);
+    ck_assert_ptr_ne(q, p); /* S2's work on them is not known to be done */
+    ck_assert_ptr_ne(o2, own);
     ck_assert_int_eq(g_named, 0);
     xseg_stats s = t_stats(xs);
-    ck_assert_uint_eq(s.allocated_bytes.current, 1 * MiB);
+    ck_assert_uint_eq(s.allocated_bytes.current, 3 * MiB);
     ck_assert_uint_eq(s.deferred_frees, 1);
+    ck_assert_int_eq(xseg_free(xs, o2), XSEG_OK);
     xseg_host_hold_stream(h, S2, 0); /* the GPU finishes S2's work */
     ck_assert_int_eq(xseg_alloc(xs, 1 * MiB, S1, &r), XSEG_OK);
     ck_assert_ptr_eq(r, p); /* the retire-time event completed */
