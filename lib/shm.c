@@ -7,9 +7,9 @@
  * holds every number of the public xseg_stats; an update copies the 19
  * that move on alloc / free into it under a seqlock (all of them, through
  * xseg_fill_stats, when a driver call, trim, retry, cap change or peak reset
- * may have moved the others, and every 64th update): a bounded number of
- * relaxed stores, no system call, no lock beyond the allocator's own (which
- * the caller holds). */
+ * may have moved the others; the largest free block every 64th update): a
+ * bounded number of relaxed stores, no system call, no lock beyond the
+ * allocator's own (which the caller holds). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -86,10 +86,22 @@ static void put_hot(xseg_t *xs, xseg_shm_record *r, uint64_t updates)
     put(r, XSF_DEFERRED, xs->deferred);
 }
 
+/* Largest free block, as xseg_fill_stats computes it: a walk of every
+ * stream's free index, so only every 64th update pays it. */
+static uint64_t largest_free(const xseg_t *xs)
+{
+    size_t best = xfi_largest(&xs->neutral);
+    for (const xstream *st = xs->all_streams; st; st = st->next_all) {
+        size_t l = xfi_largest(&st->idx);
+        if (l > best)
+            best = l;
+    }
+    return best;
+}
+
 /* Every number of the public stats, filled by xseg_fill_stats itself (the
  * source of xseg_get_stats): after a driver call, trim, retry, GC run, cap
- * change or peak reset, and every 64th update (largest_free_block walks
- * the free indexes, too slow for every update). */
+ * change or peak reset. */
 static void put_all(xseg_t *xs, xseg_shm_record *r, uint64_t updates)
 {
     xseg_stats st = {.size = sizeof st};
@@ -122,11 +134,13 @@ void xseg_shm_update(xseg_t *xs)
     atomic_store_explicit(&r->seq, s + 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
     uint64_t n = ++m->updates;
-    if (sig != m->cold_sig || (n & 63u) == 0) {
+    if (sig != m->cold_sig) {
         put_all(xs, r, n);
         m->cold_sig = sig;
     } else {
         put_hot(xs, r, n);
+        if ((n & 63u) == 0)
+            put(r, XSF_LARGEST_FREE, largest_free(xs));
     }
     atomic_store_explicit(&r->seq, s + 2, memory_order_release);
 }
