@@ -1,6 +1,6 @@
 /* fuzz_trace.c: libFuzzer target for the trace reader (xseg_trace_parse,
- * the parser behind xseg-replay) and, through it, the allocator: any bytes
- * as trace text.  A parsed trace must be self-consistent (events, slots,
+ * the parser behind xseg-replay and xseg-record) and, through it, the
+ * allocator: any bytes as trace text.  A parsed trace must be self-consistent (events, slots,
  * streams, counts); a rejected one must name a line in a NUL-terminated
  * message.  Small valid traces are then replayed through a host allocator
  * with pattern verification: no overlap, no error but OOM, and destroy
