@@ -1,10 +1,10 @@
 /* fuzz_trace.c: libFuzzer target for the trace reader (xseg_trace_parse,
  * the parser behind xseg-replay and xseg-record) and, through it, the
- * allocator: any bytes as trace text.  A parsed trace must be self-consistent (events, slots,
- * streams, counts); a rejected one must name a line in a NUL-terminated
- * message.  Small valid traces are then replayed through a host allocator
- * with pattern verification: no overlap, no error but OOM, and destroy
- * returns the driver to its baseline. */
+ * allocator: any bytes as trace text.  A parsed trace must be
+ * self-consistent (events, slots, streams, counts); a rejected one must name
+ * a line in a NUL-terminated message.  Small valid traces are then replayed
+ * through a host allocator with pattern verification: no overlap, no error
+ * but OOM, and destroy returns the driver to its baseline. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
