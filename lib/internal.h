@@ -279,11 +279,14 @@ void xseg_clear_error(void);
 const char *xseg_fmt_size(uint64_t bytes, char *buf, size_t len);
 
 /* ---- counters ---- */
+/* The peak compares signed: requested.cur may lie below 0 for a moment
+ * while a thread cache's part is not folded in (tcache.c), and must not
+ * become a peak of 2^64 - n. */
 static inline void xcnt_add(xcnt *c, uint64_t v)
 {
     c->cur += v;
     c->total += v;
-    if (c->cur > c->peak)
+    if ((int64_t)c->cur > (int64_t)c->peak)
         c->peak = c->cur;
 }
 static inline void xcnt_sub(xcnt *c, uint64_t v) { c->cur -= v; }

@@ -10,6 +10,17 @@ static xseg_counter pub(const xcnt *c)
     return (xseg_counter){c->cur, c->peak, c->total};
 }
 
+/* A thread cache's hit may re-serve a block for a larger request before the
+ * allocator's own counter sees it: the exact value read now raises the
+ * peak, so a peak is never below its current. */
+static void raise_peak(xcnt *c, xseg_counter *shown)
+{
+    if (shown->current > shown->peak) {
+        shown->peak = shown->current;
+        c->peak = shown->current;
+    }
+}
+
 static uint64_t largest_free(const xseg_t *xs)
 {
     size_t m = xfi_largest(&xs->neutral);
@@ -35,7 +46,10 @@ void xseg_fill_stats(xseg_t *xs, xseg_stats *st)
     s.mapped_bytes = pub(&xs->mapped);
     s.alloc_calls = xs->alloc_calls;
     s.free_calls = xs->free_calls;
-    xtc_adjust_stats(xs, &s); /* blocks held in thread caches are free */
+    xtc_adjust_stats(xs, &s); /* the live thread caches' parts (tcache.c) */
+    raise_peak(&xs->allocated, &s.allocated_bytes);
+    raise_peak(&xs->requested, &s.requested_bytes);
+    raise_peak(&xs->active, &s.active_blocks);
     uint64_t alloc = s.allocated_bytes.current;
     uint64_t cached = xs->mapped.cur > alloc ? xs->mapped.cur - alloc : 0;
     if (cached > xs->cached_peak)

@@ -23,11 +23,14 @@
  *    stats read is exact and monotone counters never go back.
  *  - requested_bytes: a cache hit may re-serve a block for another request
  *    size of its class (the block's request is rewritten), so a cache's
- *    correction req_adj is (requests of its hits) - (requests of its held
- *    blocks and frees) since its last fold.  It is kept <= 0: a hit that
- *    would make it positive takes the global path instead.  Hence the
- *    allocator's own requested.cur = true value - sum(req_adj) never drops
- *    below the true value, never wraps, and its peak bounds the true peak.
+ *    correction req_adj is (requests of its hits) - (requests of its
+ *    frees) since its last fold, of either sign, and the allocator's own
+ *    requested.cur (true value - sum of req_adj) may lie below the true
+ *    value, even below 0 for a moment (a larger re-served request freed by
+ *    another thread before the fold).  Only sums are ever shown (stats
+ *    reads add the parts; snapshots and peak resets flush first); peaks
+ *    compare signed (xcnt_add), and tc_fold and stats reads raise the peak
+ *    to the exact value, so a peak never wraps and is never below current.
  * Lock order: g_tc_lock -> xs->lock -> cache lock.  The fast path takes only
  * the cache lock. */
 #include <pthread.h>
@@ -221,12 +224,6 @@ int xtc_alloc(xseg_t *xs, size_t rounded, size_t size, void *stream, void **out)
         tc_unlock(tc);
         return 0;
     }
-    /* req_adj stays <= 0 (header): a larger request than the held blocks'
-     * and earlier hits' offset goes to the global path (which flushes). */
-    if (atomic_load_explicit(&tc->req_adj, memory_order_relaxed) + (int64_t)size > 0) {
-        tc_unlock(tc);
-        return 0;
-    }
     tc_entry e = b->e[--b->n];
     atomic_store_explicit(e.genp, e.gen, memory_order_relaxed); /* no longer held */
     e.req = size;
@@ -277,14 +274,16 @@ int xtc_free(xseg_t *xs, void *ptr)
 
 /* ---- slow paths (allocator lock held unless stated) ---- */
 
-/* Move tc's parts into the allocator's counters (cache lock held too).
- * req_adj <= 0, so requested.cur only goes down here and stays >= the true
- * value; the held blocks' requests it carried are subtracted now (flush
- * adds each back before the global free subtracts it again). */
+/* Move tc's parts into the allocator's counters (cache lock held too).  The
+ * held blocks' requests that req_adj carried are subtracted now (flush adds
+ * each back before the global free subtracts it again).  A larger request
+ * re-served by a hit reaches requested.cur here: the peak follows. */
 static void tc_fold(xseg_t *xs, xtc *tc)
 {
     xs->requested.cur += (uint64_t)atomic_load_explicit(&tc->req_adj, memory_order_relaxed);
     atomic_store_explicit(&tc->req_adj, 0, memory_order_relaxed);
+    if ((int64_t)xs->requested.cur > (int64_t)xs->requested.peak)
+        xs->requested.peak = xs->requested.cur;
     xs->alloc_calls += utake(&tc->allocs);
     xs->free_calls += utake(&tc->frees);
     xs->allocated.total += utake(&tc->hit_b);
@@ -309,8 +308,8 @@ void xtc_note(xseg_t *xs, uintptr_t addr, uintptr_t tag, _Atomic uint64_t *genp,
 
 /* Give every held block of tc back to the allocator and fold tc's counter
  * parts in (xs->lock held).  The fold already subtracted the held blocks'
- * requests: each is added back just before the global free subtracts it,
- * so requested.cur never dips below the true value, even for a moment. */
+ * requests: each is added back just before the global free subtracts it
+ * again, so that it is subtracted once. */
 static void flush(xseg_t *xs, xtc *tc)
 {
     tc_lock(tc);
