@@ -162,7 +162,9 @@ XSEG_API xseg_status xseg_reset_peak(xseg_t *xs);
 XSEG_API xseg_status xseg_stats_json(xseg_t *xs, char *buf, size_t cap, size_t *len);
 
 /* The process-wide allocator of `device`, created on first use from
- * XSEG_CONF.  Destroyed at process exit. */
+ * XSEG_CONF.  Never destroyed: it stays valid until the process ends (exit
+ * handlers and static destructors may still use it), and xseg_destroy
+ * refuses it with XSEG_ERR_INVALID_ARG. */
 XSEG_API xseg_status xseg_default(int device, xseg_t **out);
 
 /* Name of the backend in use ("cuda" or "host"). */
