@@ -241,6 +241,9 @@ START_TEST(child_exit_runs_default_teardown)
     ck_assert_uint_eq(now.mapped_bytes, before.mapped_bytes);
     ck_assert_uint_eq(now.handles, before.handles);
     ck_assert(t_check(p, BIG, 5));
+    /* a default allocator lives until the process ends: destroy refuses it */
+    ck_assert_int_eq(xseg_destroy(d), XSEG_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(xseg_last_error(), "default allocator of device 0"));
     ck_assert_int_eq(xseg_free(d, p), XSEG_OK);
 }
 END_TEST
