@@ -7,16 +7,6 @@
 
 #include "internal.h"
 
-int xseg_drv_count(xseg_t *xs, xseg_op op, int rc)
-{
-    xs->drv_calls[op]++;
-    if (rc != XDRV_SUCCESS && rc != XDRV_NOT_READY) {
-        xs->drv_errors++;
-        xs->last_drv_rc = rc;
-    }
-    return rc;
-}
-
 /* ---- block records ---- */
 
 xblock *xblock_new(xseg_t *xs)

@@ -2,7 +2,10 @@
  *
  * Two implementations: driver_cuda.c (CUDA driver API loaded at run time)
  * and driver_host.c (Linux virtual memory, memfd + mmap, simulated capacity).
- * Tests wrap a table to inject faults (tests/fault_driver.c).
+ * Tests wrap a table to inject faults (tests/support_fault.c); the
+ * allocator calls a table only through the driver layer (drv.h, drv.c),
+ * which counts, times and, in XSEG_DEBUG builds, checks these
+ * preconditions.
  *
  * Preconditions, stated once for every operation:
  *  - `ctx` is the value init() produced and fini() has not been called.
@@ -44,6 +47,13 @@ enum {
     XDRV_UNKNOWN = 999
 };
 
+/* Capabilities (xseg_driver.caps): what a backend does beyond the
+ * contract, asked for by bit instead of by the table's identity. */
+enum {
+    XDRV_CAP_EVENT_LAG = 1u << 0,           /* events can be made to lag (conf host_event_lag) */
+    XDRV_CAP_SIMULATED_CAPACITY = 1u << 1   /* init's capacity is simulated memory */
+};
+
 typedef struct xseg_driver {
     const char *name;
     /* Open `device`.  capacity: host backend's simulated memory (ignored
@@ -67,6 +77,8 @@ typedef struct xseg_driver {
     int (*stream_sync)(void *ctx, void *stream);
     /* Short name of a code, e.g. "CUDA_ERROR_OUT_OF_MEMORY". */
     const char *(*error_name)(int code);
+    /* XDRV_CAP_* bits (last, so tables written before it read 0). */
+    unsigned caps;
 } xseg_driver;
 
 extern const xseg_driver xseg_driver_host;

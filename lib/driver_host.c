@@ -931,6 +931,7 @@ const xseg_driver xseg_driver_host = {
     .event_destroy = h_event_destroy,
     .stream_sync = h_stream_sync,
     .error_name = xseg_drv_code_name,
+    .caps = XDRV_CAP_EVENT_LAG | XDRV_CAP_SIMULATED_CAPACITY,
 };
 
 /* ---- test controls and counters (driver_host.h) ----------------------------- */

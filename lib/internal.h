@@ -14,6 +14,7 @@
 #include "conf.h"
 #include "lock.h"
 #include "driver.h"
+#include "drv.h"
 #include "ptrmap.h"
 #include "xseg.h"
 
@@ -177,6 +178,7 @@ struct xseg {
     xcnt allocated, requested, active, mapped, handles, segments, va;
     uint64_t cached_peak;
     uint64_t drv_calls[XSEG_OP_COUNT];
+    xdrv_book drvb;       /* driver layer: time per op and side (drv.c) */
     uint64_t drv_errors, alloc_calls, free_calls, retries, ooms, syncs;
     int last_drv_rc;      /* code of the last failed driver call */
     uint64_t gc_runs, trims, released, deferred;
@@ -291,7 +293,7 @@ static inline void xcnt_add(xcnt *c, uint64_t v)
 }
 static inline void xcnt_sub(xcnt *c, uint64_t v) { c->cur -= v; }
 
-/* ---- driver calls, counted (alloc.c / arena.c / streams.c) ---- */
+/* ---- driver calls, counted (drv.c; call the xdrv_* functions of drv.h) ---- */
 int xseg_drv_count(xseg_t *xs, xseg_op op, int rc);
 
 /* ---- freeidx.c ---- */
