@@ -1,7 +1,8 @@
 /* prom.c: the stats in the Prometheus text exposition format (version
  * 0.0.4): a HELP and a TYPE line per metric family, base units (bytes),
  * `_bytes` / `_total` suffixes, and a `device` label on every sample, for a
- * server to add to its own /metrics.  Driven by one table of families, for
+ * server to add to its own /metrics.  Driven by one table of families
+ * (made from the field list, stats_fields.h), for
  * one allocator (xseg_stats_prometheus) or many with extra labels
  * (xseg_stats_prometheus_render: xseg-top renders every published record
  * with it, so both texts have the same families and HELP lines). */
@@ -11,73 +12,36 @@
 #include <string.h>
 
 #include "internal.h"
+#include "stats_fields.h"
 #include "textbuf.h"
 
 typedef unsigned long long ull;
 
-#define F(field) offsetof(xseg_stats, field)
-#define CUR(field) offsetof(xseg_stats, field) + offsetof(xseg_counter, current)
-#define PEAK(field) offsetof(xseg_stats, field) + offsetof(xseg_counter, peak)
-#define TOTAL(field) offsetof(xseg_stats, field) + offsetof(xseg_counter, total)
+/* How a family shows its member (stats_fields.h's style). */
+enum { STYLE_one, STYLE_inf0, STYLE_ops };
 
 typedef struct pfamily {
     const char *name;
     const char *type; /* "gauge" or "counter" */
-    size_t off;       /* of a uint64_t in xseg_stats */
+    size_t off;       /* of a uint64_t (ops: of the first) in xseg_stats */
+    int style;
     const char *help;
 } pfamily;
 
-static const pfamily families[] = {
-    {"xseg_allocated_bytes", "gauge", CUR(allocated_bytes),
-     "Bytes of live allocations (rounded block sizes)."},
-    {"xseg_allocated_peak_bytes", "gauge", PEAK(allocated_bytes),
-     "Highest xseg_allocated_bytes since creation or the last peak reset."},
-    {"xseg_requested_bytes", "gauge", CUR(requested_bytes),
-     "Bytes of live allocations as requested by callers."},
-    {"xseg_requested_peak_bytes", "gauge", PEAK(requested_bytes),
-     "Highest xseg_requested_bytes since creation or the last peak reset."},
-    {"xseg_active_blocks", "gauge", CUR(active_blocks), "Live allocations."},
-    {"xseg_active_peak_blocks", "gauge", PEAK(active_blocks),
-     "Highest number of live allocations since creation or the last peak reset."},
-    {"xseg_mapped_bytes", "gauge", CUR(mapped_bytes),
-     "Physical device memory mapped (taken from the device), live and cached."},
-    {"xseg_mapped_peak_bytes", "gauge", PEAK(mapped_bytes),
-     "Highest xseg_mapped_bytes since creation or the last peak reset."},
-    {"xseg_cached_bytes", "gauge", CUR(cached_bytes),
-     "Mapped memory not allocated: cached for reuse (mapped minus allocated)."},
-    {"xseg_cached_peak_bytes", "gauge", PEAK(cached_bytes),
-     "Highest xseg_cached_bytes seen since creation or the last peak reset."},
-    {"xseg_reserved_va_bytes", "gauge", CUR(reserved_va_bytes),
-     "Virtual address space reserved."},
-    {"xseg_segments", "gauge", CUR(segments), "Virtual address reservations."},
-    {"xseg_handles", "gauge", CUR(handles), "Physical memory handles mapped."},
-    {"xseg_largest_free_block_bytes", "gauge", F(largest_free_block),
-     "Largest free block of virtual address space."},
-    {"xseg_device_total_bytes", "gauge", F(device_total), "Device memory size per the driver."},
-    {"xseg_page_size_bytes", "gauge", F(page_size), "Mapping granularity in force."},
-    {"xseg_allocations_total", "counter", TOTAL(active_blocks), "Successful allocations."},
-    {"xseg_alloc_bytes_total", "counter", TOTAL(allocated_bytes),
-     "Bytes handed out by successful allocations (rounded block sizes)."},
-    {"xseg_map_bytes_total", "counter", TOTAL(mapped_bytes),
-     "Physical bytes ever mapped."},
-    {"xseg_released_bytes_total", "counter", F(released_bytes),
-     "Physical bytes unmapped and released back to the device."},
-    {"xseg_alloc_calls_total", "counter", F(alloc_calls), "Calls to xseg_alloc."},
-    {"xseg_free_calls_total", "counter", F(free_calls), "Calls to xseg_free."},
-    {"xseg_alloc_retries_total", "counter", F(alloc_retries),
-     "Allocation attempts retried after reclaiming memory."},
-    {"xseg_ooms_total", "counter", F(ooms), "Allocations that failed out of memory."},
-    {"xseg_syncs_total", "counter", F(syncs), "Event or stream synchronisations waited on."},
-    {"xseg_gc_runs_total", "counter", F(gc_runs), "Garbage collections near the cap."},
-    {"xseg_trims_total", "counter", F(trims), "Calls to xseg_trim."},
-    {"xseg_deferred_frees_total", "counter", F(deferred_frees),
-     "Frees held back by record_stream events."},
-    {"xseg_driver_errors_total", "counter", F(driver_errors), "Driver calls that failed."},
-    {"xseg_moved_bytes_total", "counter", F(moved_bytes),
-     "Bytes of cached handles moved under new blocks instead of new memory."},
-    {"xseg_unmapping_bytes", "gauge", F(unmapping_bytes),
-     "Old mappings of moved handles waiting for the GPU before they are unmapped."},
-};
+/* Every family of stats_fields.h, at its place in the text. */
+#define FAMILY(order, member, style, type, name, help) \
+    [order] = {name, #type, offsetof(xseg_stats, member), STYLE_##style, help},
+static const pfamily families[XSEG_STATS_NFAMILIES] = {
+    XSEG_STATS_FIELDS(XSEG_SF_PROMS_, FAMILY)};
+/* The orders are 0 .. n-1, each once (an order >= n does not compile). */
+#define ORDER(order, ...) +(order)
+#define ORDER2(order, ...) +(order) * (order)
+_Static_assert(0 XSEG_STATS_FIELDS(XSEG_SF_PROMS_, ORDER) ==
+                   XSEG_STATS_NFAMILIES * (XSEG_STATS_NFAMILIES - 1) / 2 &&
+               0 XSEG_STATS_FIELDS(XSEG_SF_PROMS_, ORDER2) ==
+                   (XSEG_STATS_NFAMILIES - 1) * XSEG_STATS_NFAMILIES *
+                       (2 * XSEG_STATS_NFAMILIES - 1) / 6,
+               "stats_fields.h: the Prometheus orders are not 0 .. n-1, each once");
 
 static uint64_t field(const xseg_stats *s, size_t off)
 {
@@ -148,38 +112,30 @@ static void open_sample(xtb *b, const char *name, const psrc *p)
     xtb_put(b, "device=\"%d\"", p->st.device);
 }
 
+/* The value of a one-sample family: 0 is +Inf for inf0 (no cap). */
+static void value(xtb *b, const pfamily *f, uint64_t v)
+{
+    if (f->style == STYLE_inf0 && v == 0)
+        xtb_put(b, "} +Inf\n");
+    else
+        xtb_put(b, "} %llu\n", (ull)v);
+}
+
 static void family(xtb *b, const pfamily *f, const psrc *p, size_t n)
 {
     xtb_put(b, "# HELP %s %s\n# TYPE %s %s\n", f->name, f->help, f->name, f->type);
     for (size_t i = 0; i < n; i++) {
-        open_sample(b, f->name, &p[i]);
-        xtb_put(b, "} %llu\n", (ull)field(&p[i].st, f->off));
-    }
-}
-
-static void cap_family(xtb *b, const psrc *p, size_t n)
-{
-    xtb_put(b, "# HELP xseg_mapped_cap_bytes Cap on mapped bytes in force (+Inf: no cap).\n"
-            "# TYPE xseg_mapped_cap_bytes gauge\n");
-    for (size_t i = 0; i < n; i++) {
-        open_sample(b, "xseg_mapped_cap_bytes", &p[i]);
-        if (p[i].st.mapped_cap)
-            xtb_put(b, "} %llu\n", (ull)p[i].st.mapped_cap);
-        else
-            xtb_put(b, "} +Inf\n");
-    }
-}
-
-static void driver_family(xtb *b, const psrc *p, size_t n)
-{
-    xtb_put(b, "# HELP xseg_driver_calls_total Driver calls by operation.\n"
-            "# TYPE xseg_driver_calls_total counter\n");
-    for (size_t i = 0; i < n; i++)
-        for (int op = 0; op < XSEG_OP_COUNT; op++) {
-            open_sample(b, "xseg_driver_calls_total", &p[i]);
-            xtb_put(b, ",op=\"%s\"} %llu\n", xseg_op_name((xseg_op)op),
-                    (ull)p[i].st.driver_calls[op]);
+        if (f->style != STYLE_ops) {
+            open_sample(b, f->name, &p[i]);
+            value(b, f, field(&p[i].st, f->off));
+            continue;
         }
+        for (int op = 0; op < XSEG_OP_COUNT; op++) {
+            open_sample(b, f->name, &p[i]);
+            xtb_put(b, ",op=\"%s\"} %llu\n", xseg_op_name((xseg_op)op),
+                    (ull)field(&p[i].st, f->off + (size_t)op * sizeof(uint64_t)));
+        }
+    }
 }
 
 static void info_family(xtb *b, const psrc *p, size_t n)
@@ -202,8 +158,6 @@ static size_t render(const psrc *p, size_t n, char *buf, size_t cap)
     info_family(&b, p, n);
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
         family(&b, &families[i], p, n);
-    cap_family(&b, p, n);
-    driver_family(&b, p, n);
     if (cap)
         buf[b.len < cap ? b.len : cap - 1] = '\0';
     return b.len;

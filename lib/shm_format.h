@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "stats_fields.h"
 #include "xseg.h"
 
 #define XSEG_SHM_MAGIC 0x314d48534745535full /* "_SEGSHM1", little-endian */
@@ -179,38 +180,20 @@ static inline const char *xseg_shm_text(const uint64_t *v, unsigned words, char 
 
 /* Copy every number of the public stats between a record's fields and an
  * xseg_stats: to_stats 1 fills st's numbers from v; 0 fills v's fields from
- * st (the writer's full publication).  One table for both directions. */
+ * st (the writer's full publication).  One table for both directions,
+ * made from the field list (stats_fields.h). */
 static inline void xseg_shm_stats_copy(uint64_t v[XSF_COUNT], xseg_stats *st, int to_stats)
 {
-    static const struct { size_t off; unsigned f, n; } map[] = {
-        {offsetof(xseg_stats, allocated_bytes), XSF_ALLOCATED, 3},
-        {offsetof(xseg_stats, requested_bytes), XSF_REQUESTED, 3},
-        {offsetof(xseg_stats, active_blocks), XSF_ACTIVE, 3},
-        {offsetof(xseg_stats, reserved_va_bytes), XSF_VA, 3},
-        {offsetof(xseg_stats, mapped_bytes), XSF_MAPPED, 3},
-        {offsetof(xseg_stats, cached_bytes), XSF_CACHED, 3},
-        {offsetof(xseg_stats, segments), XSF_SEGMENTS, 3},
-        {offsetof(xseg_stats, handles), XSF_HANDLES, 3},
-        {offsetof(xseg_stats, driver_calls), XSF_DRV, XSEG_OP_COUNT},
-        {offsetof(xseg_stats, driver_errors), XSF_DRIVER_ERRORS, 1},
-        {offsetof(xseg_stats, alloc_calls), XSF_ALLOC_CALLS, 1},
-        {offsetof(xseg_stats, free_calls), XSF_FREE_CALLS, 1},
-        {offsetof(xseg_stats, alloc_retries), XSF_RETRIES, 1},
-        {offsetof(xseg_stats, ooms), XSF_OOMS, 1},
-        {offsetof(xseg_stats, syncs), XSF_SYNCS, 1},
-        {offsetof(xseg_stats, gc_runs), XSF_GC_RUNS, 1},
-        {offsetof(xseg_stats, trims), XSF_TRIMS, 1},
-        {offsetof(xseg_stats, released_bytes), XSF_RELEASED, 1},
-        {offsetof(xseg_stats, deferred_frees), XSF_DEFERRED, 1},
-        {offsetof(xseg_stats, largest_free_block), XSF_LARGEST_FREE, 1},
-        {offsetof(xseg_stats, mapped_cap), XSF_CAP, 1},
-        {offsetof(xseg_stats, device_total), XSF_DEVICE_TOTAL, 1},
-        {offsetof(xseg_stats, page_size), XSF_PAGE_SIZE, 1},
-        {offsetof(xseg_stats, moved_bytes), XSF_MOVED, 1},
-        {offsetof(xseg_stats, unmapping_bytes), XSF_UNMAPPING, 1},
-    };
+    /* every field of stats_fields.h with a record field (shm >= 0) */
+#define XSEG_SHM_MAP(kind, f, json, how, src, shm, proms) \
+    {offsetof(xseg_stats, f), shm, XSEG_SF_WORDS_##kind},
+    static const struct { size_t off; int f; unsigned n; } map[] = {
+        XSEG_STATS_FIELDS(XSEG_SHM_MAP, XSEG_SF_NOTHING)};
+#undef XSEG_SHM_MAP
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
         char *p = (char *)st + map[i].off;
+        if (map[i].f < 0)
+            continue;
         if (to_stats)
             memcpy(p, &v[map[i].f], 8u * map[i].n);
         else

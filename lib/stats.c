@@ -1,8 +1,10 @@
-/* stats.c: fills the versioned xseg_stats struct and renders it as JSON. */
+/* stats.c: fills the versioned xseg_stats struct and renders it as JSON,
+ * both driven by the field list of stats_fields.h. */
 #include <stdio.h>
 #include <string.h>
 
 #include "internal.h"
+#include "stats_fields.h"
 #include "textbuf.h"
 
 static xseg_counter pub(const xcnt *c)
@@ -32,6 +34,20 @@ static uint64_t largest_free(const xseg_t *xs)
     return m;
 }
 
+/* The fields that are a plain copy of an allocator member (how = xs in
+ * stats_fields.h): an xcnt for a COUNTER, a uint64_t otherwise. */
+#define FILL_xs(kind, f, src) FILL_##kind(f, src)
+#define FILL_calc(kind, f, src)
+#define FILL_COUNTER(f, src) s->f = pub(&xs->src);
+#define FILL_GAUGE(f, src) s->f = xs->src;
+#define FILL_MONO(f, src) s->f = xs->src;
+#define FILL(kind, f, json, how, src, shm, proms) FILL_##how(kind, f, src)
+
+static void fill_copies(const xseg_t *xs, xseg_stats *s)
+{
+    XSEG_STATS_FIELDS(FILL, XSEG_SF_NOTHING)
+}
+
 void xseg_fill_stats(xseg_t *xs, xseg_stats *st)
 {
     xseg_stats s;
@@ -39,13 +55,7 @@ void xseg_fill_stats(xseg_t *xs, xseg_stats *st)
     s.size = sizeof s;
     s.version = XSEG_STATS_VERSION;
     s.device = xs->device;
-    s.allocated_bytes = pub(&xs->allocated);
-    s.requested_bytes = pub(&xs->requested);
-    s.active_blocks = pub(&xs->active);
-    s.reserved_va_bytes = pub(&xs->va);
-    s.mapped_bytes = pub(&xs->mapped);
-    s.alloc_calls = xs->alloc_calls;
-    s.free_calls = xs->free_calls;
+    fill_copies(xs, &s);
     xtc_adjust_stats(xs, &s); /* the live thread caches' parts (tcache.c) */
     raise_peak(&xs->allocated, &s.allocated_bytes);
     raise_peak(&xs->requested, &s.requested_bytes);
@@ -55,72 +65,55 @@ void xseg_fill_stats(xseg_t *xs, xseg_stats *st)
     if (cached > xs->cached_peak)
         xs->cached_peak = cached;
     s.cached_bytes = (xseg_counter){cached, xs->cached_peak, xs->released + cached};
-    s.segments = pub(&xs->segments);
-    s.handles = pub(&xs->handles);
     memcpy(s.driver_calls, xs->drv_calls, sizeof s.driver_calls);
-    s.driver_errors = xs->drv_errors;
-    s.alloc_retries = xs->retries;
-    s.ooms = xs->ooms;
-    s.syncs = xs->syncs;
-    s.gc_runs = xs->gc_runs;
-    s.trims = xs->trims;
-    s.released_bytes = xs->released;
-    s.deferred_frees = xs->deferred;
     s.largest_free_block = largest_free(xs);
     s.mapped_cap = xs->cap == SIZE_MAX ? 0 : xs->cap;
-    s.device_total = xs->dev_total;
     s.page_size = xs->arena.page;
-    s.moved_bytes = xs->moved_bytes;
-    s.unmapping_bytes = xs->unmapping_bytes;
     size_t n = st->size < sizeof s ? st->size : sizeof s;
     memcpy(st, &s, n);
     st->size = (uint32_t)n;
 }
 
-static void jcounter(xtb *j, const char *name, const xseg_counter *c)
+enum { SF_U32, SF_I32, SF_COUNTER, SF_OPS, SF_GAUGE, SF_MONO };
+
+/* One field of the JSON body, after a comma. */
+static void jfield(xtb *j, int kind, const char *name, const void *p)
 {
-    xtb_put(j, "\"%s\":{\"current\":%llu,\"peak\":%llu,\"total\":%llu},", name,
-         (unsigned long long)c->current, (unsigned long long)c->peak,
-         (unsigned long long)c->total);
+    const uint64_t *v = p;
+    if (kind == SF_COUNTER) {
+        const xseg_counter *c = p;
+        xtb_put(j, ",\"%s\":{\"current\":%llu,\"peak\":%llu,\"total\":%llu}", name,
+                (unsigned long long)c->current, (unsigned long long)c->peak,
+                (unsigned long long)c->total);
+    } else if (kind == SF_OPS) {
+        xtb_put(j, ",\"%s\":{", name);
+        for (int i = 0; i < XSEG_OP_COUNT; i++)
+            xtb_put(j, "%s\"%s\":%llu", i ? "," : "", xseg_op_name((xseg_op)i),
+                    (unsigned long long)v[i]);
+        xtb_put(j, "}");
+    } else {
+        xtb_put(j, ",\"%s\":%llu", name, (unsigned long long)*v);
+    }
 }
 
-static void jnum(xtb *j, const char *name, uint64_t v, int last)
-{
-    xtb_put(j, "\"%s\":%llu%s", name, (unsigned long long)v, last ? "" : ",");
-}
+/* The body's fields in order: every field with a JSON key, but the header's
+ * (version, device), which come first with "backend". */
+#define JSON_ROW(kind, f, json, how, src, shm, proms) \
+    {SF_##kind, json, offsetof(xseg_stats, f)},
+static const struct jrow {
+    int kind;
+    const char *name;
+    size_t off;
+} json_rows[] = {XSEG_STATS_FIELDS(JSON_ROW, XSEG_SF_NOTHING)};
 
 size_t xseg_render_json(const xseg_stats *s, const char *backend, char *buf, size_t cap)
 {
     xtb j = {buf, cap, 0};
-    xtb_put(&j, "{\"version\":%u,\"device\":%d,\"backend\":\"%s\",", s->version, s->device, backend);
-    jcounter(&j, "allocated_bytes", &s->allocated_bytes);
-    jcounter(&j, "requested_bytes", &s->requested_bytes);
-    jcounter(&j, "active_blocks", &s->active_blocks);
-    jcounter(&j, "reserved_va_bytes", &s->reserved_va_bytes);
-    jcounter(&j, "mapped_bytes", &s->mapped_bytes);
-    jcounter(&j, "cached_bytes", &s->cached_bytes);
-    jcounter(&j, "segments", &s->segments);
-    jcounter(&j, "handles", &s->handles);
-    xtb_put(&j, "\"driver_calls\":{");
-    for (int i = 0; i < XSEG_OP_COUNT; i++)
-        jnum(&j, xseg_op_name((xseg_op)i), s->driver_calls[i], i == XSEG_OP_COUNT - 1);
-    xtb_put(&j, "},");
-    jnum(&j, "driver_errors", s->driver_errors, 0);
-    jnum(&j, "alloc_calls", s->alloc_calls, 0);
-    jnum(&j, "free_calls", s->free_calls, 0);
-    jnum(&j, "alloc_retries", s->alloc_retries, 0);
-    jnum(&j, "ooms", s->ooms, 0);
-    jnum(&j, "syncs", s->syncs, 0);
-    jnum(&j, "gc_runs", s->gc_runs, 0);
-    jnum(&j, "trims", s->trims, 0);
-    jnum(&j, "released_bytes", s->released_bytes, 0);
-    jnum(&j, "deferred_frees", s->deferred_frees, 0);
-    jnum(&j, "largest_free_block", s->largest_free_block, 0);
-    jnum(&j, "mapped_cap", s->mapped_cap, 0);
-    jnum(&j, "device_total", s->device_total, 0);
-    jnum(&j, "page_size", s->page_size, 0);
-    jnum(&j, "moved_bytes", s->moved_bytes, 0);
-    jnum(&j, "unmapping_bytes", s->unmapping_bytes, 1);
+    xtb_put(&j, "{\"version\":%u,\"device\":%d,\"backend\":\"%s\"", s->version, s->device,
+            backend);
+    for (size_t i = 0; i < sizeof json_rows / sizeof json_rows[0]; i++)
+        if (json_rows[i].name && json_rows[i].kind != SF_U32 && json_rows[i].kind != SF_I32)
+            jfield(&j, json_rows[i].kind, json_rows[i].name, (const char *)s + json_rows[i].off);
     xtb_put(&j, "}");
     return j.len;
 }
