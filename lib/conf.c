@@ -1,16 +1,13 @@
 /* conf.c: the configuration: defaults and the "key:value,..." parser of
- * XSEG_CONF / xseg_create(), driven by a plain table of keys with one small
- * parse function per value type.  Keys are documented in docs/config.md. */
+ * XSEG_CONF / xseg_create(), driven by the list of keys (XSEG_CONF_KEYS in
+ * conf.h: name, type, default, range) with one small parse function per
+ * value type.  Keys are documented in docs/config.md. */
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "conf.h"
-
-#define KIB ((size_t)1 << 10)
-#define MIB ((size_t)1 << 20)
-#define GIB ((size_t)1 << 30)
 
 /* Most characters of a value quoted back in an error message. */
 #define SHOW_MAX 200
@@ -366,48 +363,9 @@ static const char *parse_placement(const char *v, size_t n, void *f, const conf_
 
 /* ---- the table of keys -------------------------------------------------- */
 
-#define OFF(field) offsetof(xseg_conf, field)
-#define BOOL_EXPECT "on, off, true, false, 1 or 0"
-
-static const conf_key conf_keys[] = {
-    {"backend", parse_backend, OFF(backend), 0, 0, "one of auto, cuda, host"},
-    {"page_size", parse_pow2_auto, OFF(page_size), 4 * KIB, 0,
-     "auto, 0, or a power-of-two size >= 4KB such as 2MB"},
-    {"handle_size", parse_handle, OFF(handle_size), 4 * KIB, 0,
-     "auto, 0, page, or a power-of-two size >= 4KB such as 2MB or 32MB"},
-    {"va_size", parse_size_auto, OFF(va_size), 0, 0,
-     "auto, 0, or a size such as 512GB or 1TB"},
-    {"max_mapped", parse_cap, OFF(max_mapped), 0, 0,
-     "a size such as 512MB or 40GB, or none or 0 for no cap"},
-    {"memory_fraction", parse_fraction, OFF(memory_fraction), 0, 0,
-     "a real number in (0, 1] such as 0.9, or 0 for no cap"},
-    {"gc_threshold", parse_threshold, OFF(gc_threshold), 0, 0,
-     "a real number in [0, 1) such as 0.8, 0 = off"},
-    {"release_threshold", parse_release, OFF(release_threshold), 0, 0,
-     "auto, unlimited, none, or a size such as 0, 512MB or 4GB"},
-    {"alloc_retries", parse_count, OFF(alloc_retries), 1, 16,
-     "an integer from 1 to 16"},
-    {"max_split_size", parse_split, OFF(max_split_size), MIB, 0,
-     "unlimited, none, or a size >= 1MB such as 256MB"},
-    {"roundup_power2_divisions", parse_divisions, OFF(roundup_power2_divisions), 0, 64,
-     "0 (off) or a power of two from 1 to 64"},
-    {"caching", parse_bool, OFF(caching), 0, 0, BOOL_EXPECT},
-    {"host_capacity", parse_size_range, OFF(host_capacity), 4 * MIB, XSEG_HOST_CAPACITY_MAX,
-     "a size from 4MB to 1048576TB (2^60 bytes) such as 64GB"},
-    {"small_size", parse_size_range, OFF(small_size), 512, MIB,
-     "a size from 512B to 1MB such as 64KB"},
-    {"verbose", parse_bool, OFF(verbose), 0, 0, BOOL_EXPECT},
-    {"stats_shm", parse_bool, OFF(stats_shm), 0, 0, BOOL_EXPECT},
-    {"history", parse_count, OFF(history), 0, 1000000,
-     "an integer from 0 to 1000000"},
-    {"thread_cache", parse_bool, OFF(thread_cache), 0, 0, BOOL_EXPECT},
-    {"release_wait", parse_bool, OFF(release_wait), 0, 0, BOOL_EXPECT},
-    {"host_event_lag", parse_count, OFF(host_event_lag), 0, 1000000,
-     "an integer from 0 to 1000000"},
-    {"release_slack", parse_threshold, OFF(release_slack), 0, 0,
-     "a real number in [0, 1) such as 0.01"},
-    {"placement", parse_placement, OFF(placement), 0, 0, "start or pages"},
-};
+#define KEY(key, type, def, parse, min, max, expect) \
+    {#key, parse_##parse, offsetof(xseg_conf, key), min, max, expect},
+static const conf_key conf_keys[] = {XSEG_CONF_KEYS(KEY)};
 
 #define CONF_NKEYS (sizeof conf_keys / sizeof conf_keys[0])
 
@@ -518,20 +476,14 @@ static xseg_status check_conf(const xseg_conf *c, char *err, size_t errlen)
     return XSEG_ERR_CONFIG;
 }
 
+#define DEFAULT(key, type, def, ...) c->key = def;
+
 void xseg_conf_defaults(xseg_conf *c)
 {
     if (!c)
         return;
     memset(c, 0, sizeof *c);
-    c->backend = XSEG_BACKEND_AUTO;
-    c->release_threshold = XSEG_SIZE_AUTO;
-    c->alloc_retries = 3;
-    c->max_split_size = XSEG_SIZE_UNLIMITED;
-    c->caching = 1;
-    c->thread_cache = 1;
-    c->release_wait = 1;
-    c->host_capacity = XSEG_DEFAULT_HOST_CAPACITY;
-    c->small_size = 64 * KIB;
+    XSEG_CONF_KEYS(DEFAULT)
 }
 
 xseg_status xseg_conf_parse(xseg_conf *c, const char *text, char *err, size_t errlen)

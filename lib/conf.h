@@ -1,5 +1,6 @@
-/* conf.h: the configuration: defaults and the "key:value,..." parser
- * (XSEG_CONF).  Every key is documented in docs/config.md. */
+/* conf.h: the configuration: the list of keys with their defaults, and the
+ * "key:value,..." parser (XSEG_CONF).  Every key is documented in
+ * docs/config.md. */
 #ifndef XSEG_CONF_H
 #define XSEG_CONF_H
 
@@ -29,35 +30,81 @@ typedef enum xseg_backend_kind {
  * size_t and the memfd's off_t, with room to round up to whole pages. */
 #define XSEG_HOST_CAPACITY_MAX ((size_t)1 << 60)
 
-typedef struct xseg_conf {
-    xseg_backend_kind backend;   /* backend: auto|cuda|host (auto) */
-    size_t page_size;            /* page_size: 0 = driver granularity */
-    size_t handle_size;          /* handle_size: 0 = auto heuristic, XSEG_HANDLE_PAGE = page */
-    size_t va_size;              /* va_size: 0 = auto (4 x device memory) */
-    size_t max_mapped;           /* max_mapped: 0 = no cap */
-    double memory_fraction;      /* memory_fraction: 0 = no cap, (0,1] */
-    double gc_threshold;         /* gc_threshold: 0 = off, (0,1) of the cap */
-    size_t release_threshold;    /* release_threshold: XSEG_SIZE_AUTO = peak-live policy,
-                                    XSEG_SIZE_UNLIMITED = never release */
-    unsigned alloc_retries;      /* alloc_retries: attempts before OOM (>=1), default 3 */
-    size_t max_split_size;       /* max_split_size: XSEG_SIZE_UNLIMITED = no limit */
-    unsigned roundup_power2_divisions; /* 0 = off; else 1..64, power of two */
-    int caching;                 /* caching: 1 (on) / 0 (off) */
-    size_t host_capacity;        /* host_capacity: simulated memory, default 64GB */
-    size_t small_size;           /* small_size: largest request served from size classes */
-    int verbose;                 /* verbose: 1 prints errors to stderr */
-    int stats_shm;               /* stats_shm: publish live stats in /dev/shm */
-    unsigned history;            /* history: ring buffer of last N events, 0 = off */
-    int thread_cache;            /* thread_cache: per-thread caches (on) */
-    int release_wait;            /* release_wait: wait for the GPU rather than map over
-                                    the release threshold (on) */
-    unsigned host_event_lag;     /* host_event_lag: host events complete after N queries */
-    double release_slack;        /* release_slack: auto threshold = peak live x (1 + this) */
-    int placement;               /* placement: XSEG_PLACE_START / XSEG_PLACE_PAGES */
-} xseg_conf;
-
 /* Where a request goes inside the free block chosen for it. */
 enum { XSEG_PLACE_START = 0, XSEG_PLACE_PAGES = 1 };
+
+#define XSEG_CONF_KIB ((size_t)1 << 10)
+#define XSEG_CONF_MIB ((size_t)1 << 20)
+#define XSEG_CONF_BOOL "on, off, true, false, 1 or 0"
+
+/* The one list of the keys, in docs/config.md's order.  It makes the struct
+ * (a field per key, same name), the defaults (xseg_conf_defaults) and the
+ * parser's table (conf.c); tests/test_lists.c checks that docs/config.md
+ * documents every key, tools/fuzz/fuzz_conf.c compares and range-checks
+ * every field through it.
+ *   X(key, C type, default, parse, min, max, accepted values)
+ * parse names conf.c's parse_<parse> function; min and max are the range of
+ * the parse functions that use one (0 otherwise). */
+/* clang-format off */
+#define XSEG_CONF_KEYS(X) \
+X(backend, xseg_backend_kind, XSEG_BACKEND_AUTO, backend, 0, 0, \
+  "one of auto, cuda, host") \
+/* 0 = driver granularity */ \
+X(page_size, size_t, 0, pow2_auto, 4 * XSEG_CONF_KIB, 0, \
+  "auto, 0, or a power-of-two size >= 4KB such as 2MB") \
+/* 0 = auto heuristic, XSEG_HANDLE_PAGE = page */ \
+X(handle_size, size_t, 0, handle, 4 * XSEG_CONF_KIB, 0, \
+  "auto, 0, page, or a power-of-two size >= 4KB such as 2MB or 32MB") \
+/* 0 = auto (4 x device memory) */ \
+X(va_size, size_t, 0, size_auto, 0, 0, "auto, 0, or a size such as 512GB or 1TB") \
+/* 0 = no cap */ \
+X(max_mapped, size_t, 0, cap, 0, 0, "a size such as 512MB or 40GB, or none or 0 for no cap") \
+/* 0 = no cap, (0,1] */ \
+X(memory_fraction, double, 0.0, fraction, 0, 0, \
+  "a real number in (0, 1] such as 0.9, or 0 for no cap") \
+/* 0 = off, (0,1) of the cap */ \
+X(gc_threshold, double, 0.0, threshold, 0, 0, "a real number in [0, 1) such as 0.8, 0 = off") \
+/* XSEG_SIZE_AUTO = peak-live policy, XSEG_SIZE_UNLIMITED = never release */ \
+X(release_threshold, size_t, XSEG_SIZE_AUTO, release, 0, 0, \
+  "auto, unlimited, none, or a size such as 0, 512MB or 4GB") \
+/* attempts before OOM */ \
+X(alloc_retries, unsigned, 3, count, 1, 16, "an integer from 1 to 16") \
+/* XSEG_SIZE_UNLIMITED = no limit */ \
+X(max_split_size, size_t, XSEG_SIZE_UNLIMITED, split, XSEG_CONF_MIB, 0, \
+  "unlimited, none, or a size >= 1MB such as 256MB") \
+/* 0 = off; else 1..64, power of two */ \
+X(roundup_power2_divisions, unsigned, 0, divisions, 0, 64, \
+  "0 (off) or a power of two from 1 to 64") \
+/* 1 (on) / 0 (off) */ \
+X(caching, int, 1, bool, 0, 0, XSEG_CONF_BOOL) \
+/* simulated memory of the host backend */ \
+X(host_capacity, size_t, XSEG_DEFAULT_HOST_CAPACITY, size_range, 4 * XSEG_CONF_MIB, \
+  XSEG_HOST_CAPACITY_MAX, "a size from 4MB to 1048576TB (2^60 bytes) such as 64GB") \
+/* largest request served from size classes */ \
+X(small_size, size_t, 64 * XSEG_CONF_KIB, size_range, 512, XSEG_CONF_MIB, \
+  "a size from 512B to 1MB such as 64KB") \
+/* 1 prints errors to stderr */ \
+X(verbose, int, 0, bool, 0, 0, XSEG_CONF_BOOL) \
+/* publish live stats in /dev/shm */ \
+X(stats_shm, int, 0, bool, 0, 0, XSEG_CONF_BOOL) \
+/* ring buffer of last N events, 0 = off */ \
+X(history, unsigned, 0, count, 0, 1000000, "an integer from 0 to 1000000") \
+/* per-thread caches */ \
+X(thread_cache, int, 1, bool, 0, 0, XSEG_CONF_BOOL) \
+/* wait for the GPU rather than map over the release threshold */ \
+X(release_wait, int, 1, bool, 0, 0, XSEG_CONF_BOOL) \
+/* host events complete after N queries */ \
+X(host_event_lag, unsigned, 0, count, 0, 1000000, "an integer from 0 to 1000000") \
+/* auto threshold = peak live x (1 + this) */ \
+X(release_slack, double, 0.0, threshold, 0, 0, "a real number in [0, 1) such as 0.01") \
+/* XSEG_PLACE_START / XSEG_PLACE_PAGES */ \
+X(placement, int, XSEG_PLACE_START, placement, 0, 0, "start or pages")
+/* clang-format on */
+
+#define XSEG_CONF_MEMBER(key, type, ...) type key;
+typedef struct xseg_conf {
+    XSEG_CONF_KEYS(XSEG_CONF_MEMBER)
+} xseg_conf;
 
 /* Fill the defaults. */
 void xseg_conf_defaults(xseg_conf *c);

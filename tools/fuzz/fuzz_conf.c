@@ -17,9 +17,34 @@ static int is_pow2(size_t x)
     return x && !(x & (x - 1));
 }
 
+static int outside(size_t v, size_t lo, size_t hi)
+{
+    return v < lo || v > hi;
+}
+
+/* The fields whose range the key list gives: booleans 0 or 1, counts and
+ * bounded sizes within [min, max]. */
+#define RANGE_bool(key, min, max) || (c->key != 0 && c->key != 1)
+#define RANGE_count(key, min, max) || outside(c->key, min, max)
+#define RANGE_size_range(key, min, max) || outside(c->key, min, max)
+#define RANGE_backend(key, min, max)
+#define RANGE_pow2_auto(key, min, max)
+#define RANGE_handle(key, min, max)
+#define RANGE_size_auto(key, min, max)
+#define RANGE_cap(key, min, max)
+#define RANGE_fraction(key, min, max)
+#define RANGE_threshold(key, min, max)
+#define RANGE_release(key, min, max)
+#define RANGE_split(key, min, max)
+#define RANGE_divisions(key, min, max)
+#define RANGE_placement(key, min, max)
+#define RANGE(key, type, def, parse, min, max, expect) RANGE_##parse(key, min, max)
+
 /* Every field within its documented range (docs/config.md). */
 static void check_ranges(const xseg_conf *c)
 {
+    if (0 XSEG_CONF_KEYS(RANGE))
+        abort();
     if (c->backend < XSEG_BACKEND_AUTO || c->backend > XSEG_BACKEND_HOST)
         abort();
     /* handle_size: 0 (auto), XSEG_HANDLE_PAGE (page) or a power of two
@@ -49,18 +74,11 @@ static void check_ranges(const xseg_conf *c)
         abort();
 }
 
+/* Every field of the key list equal (conf.h's XSEG_CONF_KEYS). */
+#define SAME(key, ...) &&a->key == b->key
 static int same(const xseg_conf *a, const xseg_conf *b)
 {
-    return a->backend == b->backend && a->page_size == b->page_size &&
-           a->handle_size == b->handle_size && a->va_size == b->va_size &&
-           a->max_mapped == b->max_mapped && a->memory_fraction == b->memory_fraction &&
-           a->gc_threshold == b->gc_threshold && a->release_threshold == b->release_threshold &&
-           a->alloc_retries == b->alloc_retries && a->max_split_size == b->max_split_size &&
-           a->roundup_power2_divisions == b->roundup_power2_divisions &&
-           a->caching == b->caching && a->host_capacity == b->host_capacity &&
-           a->small_size == b->small_size && a->verbose == b->verbose &&
-           a->stats_shm == b->stats_shm && a->history == b->history &&
-           a->release_slack == b->release_slack && a->placement == b->placement;
+    return 1 XSEG_CONF_KEYS(SAME);
 }
 
 static void fuzz_parse(const char *text, size_t errlen)
