@@ -1,7 +1,10 @@
 /* internal.h: the allocator's data structures, shared by the lib/ files
- * that implement it.  Layering (see docs/design.md):
- *   api.c -> alloc.c -> {freeidx.c, small.c, streams.c, arena.c} -> driver
- * Everything here is protected by xseg_t.lock unless noted. */
+ * that implement it.  The files' layer order is declared once, in the
+ * layers block of docs/design.md (entry points, process and lifecycle,
+ * monitoring, thread caches, free core, small, blocks and streams, free
+ * index, arena, drv.c, backends, utilities); a file calls only its own
+ * layer and those below, and tools/ci/layers checks that on the built
+ * objects.  Everything here is protected by xseg_t.lock unless noted. */
 #ifndef XSEG_INTERNAL_H
 #define XSEG_INTERNAL_H
 
