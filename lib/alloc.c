@@ -832,12 +832,3 @@ void xblk_free(xseg_t *xs, xblock *b)
         (!b->owner || xstream_done(xs, b->owner, b->epoch, !xs->conf.caching || xs->conf.release_wait)))
         reclaim_block(xs, b, SIZE_MAX, &refused); /* a refusal leaves it cached */
 }
-
-/* Real release of a user allocation (its stream uses, if any, are done). */
-void xseg_release_user(xseg_t *xs, uintptr_t addr, uintptr_t tag)
-{
-    if (tag & 1)
-        xsmall_free(xs, (xslab *)(tag & ~(uintptr_t)1), addr);
-    else
-        xblk_free(xs, (xblock *)tag);
-}

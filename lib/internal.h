@@ -1,10 +1,7 @@
 /* internal.h: the allocator's data structures, shared by the lib/ files
- * that implement it.  The files' layer order is declared once, in the
- * layers block of docs/design.md (entry points, process and lifecycle,
- * monitoring, thread caches, free core, small, blocks and streams, free
- * index, arena, drv.c, backends, utilities); a file calls only its own
- * layer and those below, and tools/ci/layers checks that on the built
- * objects.  Everything here is protected by xseg_t.lock unless noted. */
+ * that implement it.  Layering (see docs/design.md):
+ *   api.c -> alloc.c -> {freeidx.c, small.c, streams.c, arena.c} -> driver
+ * Everything here is protected by xseg_t.lock unless noted. */
 #ifndef XSEG_INTERNAL_H
 #define XSEG_INTERNAL_H
 
@@ -213,8 +210,9 @@ void xtc_flush_all(xseg_t *xs);
 int xtc_held_any(xseg_t *xs);
 void xtc_adjust_stats(xseg_t *xs, xseg_stats *s);
 void xtc_detach_all(xseg_t *xs);
-/* Global free of a live user address (api.c; lock held, not counted). */
-xseg_status xseg_free_locked(xseg_t *xs, uintptr_t addr);
+/* The thread caches' fork lock (process.c's handler takes it: 1, gives it
+ * back: 0). */
+void xtc_fork_lock(int take);
 /* Requested size recorded for a live slot (small.c). */
 uint32_t xsmall_requested(const xslab *sl, uintptr_t addr);
 /* The request recorded for a live allocation (block or slot). */
@@ -234,6 +232,58 @@ static inline _Atomic uint64_t *xseg_gen_of(uintptr_t addr, uintptr_t tag)
     }
     return &((xblock *)tag)->gen;
 }
+
+/* The stream a live allocation (block or slot) was allocated on. */
+static inline xstream *xseg_owner_of(uintptr_t tag)
+{
+    return (tag & 1) ? ((xslab *)(tag & ~(uintptr_t)1))->owner : ((xblock *)tag)->owner;
+}
+
+/* Block (or slot) size and request of a live allocation. */
+static inline void xseg_sizes_of(uintptr_t addr, uintptr_t tag, size_t *block, size_t *req)
+{
+    *block = (tag & 1) ? ((const xslab *)(tag & ~(uintptr_t)1))->slot_size
+                       : ((const xblock *)tag)->size;
+    *req = xseg_requested_of(addr, tag);
+}
+
+/* The live-map value of addr, unless it is free or held in a thread cache. */
+static inline int xseg_live_tag(xseg_t *xs, uintptr_t addr, uintptr_t *tag)
+{
+    if (!xseg_ptrmap_get(&xs->live, addr, tag))
+        return 0;
+    return !(atomic_load_explicit(xseg_gen_of(addr, *tag), memory_order_relaxed) & 1);
+}
+
+/* A request rounded as the allocator serves it: to XSEG_MIN_BLOCK, then,
+ * above small_size, to roundup_power2_divisions steps of its power of two. */
+static inline size_t xseg_round_size(const xseg_t *xs, size_t size)
+{
+    size_t r = (size + XSEG_MIN_BLOCK - 1) & ~(size_t)(XSEG_MIN_BLOCK - 1);
+    unsigned div = xs->conf.roundup_power2_divisions;
+    if (div > 1 && r > xs->conf.small_size) {
+        size_t p = (size_t)1 << (63 - __builtin_clzll((unsigned long long)r));
+        size_t step = p / div;
+        if (step >= XSEG_MIN_BLOCK)
+            r = (r + step - 1) / step * step;
+    }
+    return r;
+}
+
+/* ---- free.c: the free core (xs->lock held) ---- */
+/* Global free of a live user address (not counted in free_calls). */
+xseg_status xseg_free_locked(xseg_t *xs, uintptr_t addr);
+/* Free a user address for real (after any pending uses completed). */
+void xseg_release_user(xseg_t *xs, uintptr_t addr, uintptr_t tag);
+/* Complete pending frees whose events are done (all, waiting, if block). */
+void xpending_process(xseg_t *xs, int block);
+
+/* ---- diag.c: diagnostics that walk the block list (xs->lock held) ---- */
+/* Why ptr is not live: foreign, interior or freed (the status and message). */
+xseg_status xdiag_bad_pointer(xseg_t *xs, const void *ptr, const char *what);
+/* Out-of-memory: counts it, sets the message with its hint, calls the
+ * callback; returns XSEG_ERR_OOM. */
+xseg_status xdiag_oom_report(xseg_t *xs, size_t size);
 
 /* ---- monitoring hooks (history.c, shm.c), called with the lock held ---- */
 typedef enum xev_kind {
@@ -258,19 +308,40 @@ void xseg_monitor_fini(xseg_t *xs);
 xseg_status xseg_hist_init(xseg_t *xs);
 void xseg_hist_fini(xseg_t *xs);
 
-/* XSEG_OK, or XSEG_ERR_FORKED with a message when xs was created before a
- * fork() and this is the child (api.c).  Entry points call it before
- * taking xs->lock, which a parent's thread may have held at the fork. */
+/* ---- process.c: process-wide state ---- */
+#define XSEG_MAX_DEVICES 64 /* default allocators: devices 0..63 */
+/* Bumped in the child at every fork(). */
+extern atomic_uint xseg_fork_gen_now;
+/* 1 when xs was created before a fork() and this is the child. */
+static inline int xseg_forked(const xseg_t *xs)
+{
+    return xs->fork_gen != atomic_load_explicit(&xseg_fork_gen_now, memory_order_relaxed);
+}
+/* XSEG_OK, or XSEG_ERR_FORKED with a message when xseg_forked(xs).  Entry
+ * points call it before taking xs->lock, which a parent's thread may have
+ * held at the fork. */
 xseg_status xseg_check_fork(xseg_t *xs, const char *what);
-/* fork(): the process-wide locks held across it (api.c says the order).
- * xseg_fork_init registers the handlers once; each *_fork_lock takes (1) or
- * gives back (0) its file's lock; xtc_fork_init (and xhost_fork_init,
- * driver_host.h) register their file's own pthread_atfork handler if not yet
- * done. */
+/* fork(): the process-wide locks held across it (process.c says the
+ * order).  xseg_fork_init registers the one handler once; each *_fork_lock
+ * takes (1) or gives back (0) its file's lock. */
 void xseg_fork_init(void);
-void xplugin_fork_lock(int take);
 void xshm_fork_lock(int take);
-void xtc_fork_init(void);
+/* The PyTorch graph pools' lock (plugin.c), held across fork(). */
+void xproc_pool_lock(void);
+void xproc_pool_unlock(void);
+/* The device registry: the device whose default allocator xs is (-1: none);
+ * a device's default allocator if it exists (NULL otherwise, never created
+ * here); the default allocator whose range holds ptr, `device`'s first. */
+int xproc_default_device(const xseg_t *xs);
+xseg_t *xproc_default_peek(int device);
+xseg_t *xproc_default_owning(int device, const void *ptr);
+
+/* ---- lifecycle.c: construction and teardown ---- */
+/* Build an allocator (fork_gen: the generation it belongs to). */
+xseg_status xlife_create(xseg_t **out, int device, const char *conf, const xseg_driver *drv,
+                         unsigned fork_gen);
+/* Free it; driver calls only if call_driver (not in a forked child). */
+xseg_status xlife_destroy(xseg_t *xs, int call_driver);
 
 /* Create an allocator over a given driver table (fault injection in tests). */
 xseg_status xseg_create_with_driver(xseg_t **out, int device, const char *conf,
@@ -354,8 +425,6 @@ size_t xstreams_count(const xseg_t *xs);
 xseg_status xuses_add(xseg_t *xs, uintptr_t addr, xstream *s);
 /* Move a freed user allocation with uses to the pending list. */
 xseg_status xpending_add(xseg_t *xs, uintptr_t addr, uintptr_t tag, xuses *u);
-/* Complete pending frees whose events are done (all, waiting, if block). */
-void xpending_process(xseg_t *xs, int block);
 
 /* ---- blocks (alloc.c) ---- */
 xblock *xblock_new(xseg_t *xs);
@@ -369,8 +438,6 @@ void xblk_neutralize(xseg_t *xs, xstream *s);
 /* Reclaim cached memory: release up to `want` bytes (SIZE_MAX: all).  With
  * block, waits on events; otherwise only reclaims blocks already safe. */
 size_t xseg_reclaim(xseg_t *xs, size_t want, int block);
-/* Free a user address for real (after any pending uses completed). */
-void xseg_release_user(xseg_t *xs, uintptr_t addr, uintptr_t tag);
 
 /* ---- small.c ---- */
 int xsmall_init(xseg_t *xs);

@@ -7,11 +7,13 @@
  * while the graph lives; the pool is destroyed at the first empty_cache
  * (xseg_torch_reset) after its last graph is released and its last block
  * freed.  The hooks that return nothing clear xseg_last_error() on entry:
- * empty after the call means success.  Nothing here is destroyed at exit:
- * the default allocators live until the process ends (api.c) and so do the
- * pools, so an exit handler or a C++ static destructor that frees a tensor
- * late finds valid allocators.  The pool lock is held across fork() (api.c's
- * fork module, xplugin_fork_lock). */
+ * empty after the call means success.  Devices are looked up in the one
+ * device registry (process.c): nothing here keeps allocator pointers of its
+ * own but the pools.  Nothing here is destroyed at exit: the default
+ * allocators live until the process ends (process.c) and so do the pools,
+ * so an exit handler or a C++ static destructor that frees a tensor late
+ * finds valid allocators.  The pool lock (xproc_pool_lock) lives in
+ * process.c, which holds it across fork(). */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -21,7 +23,6 @@
 
 #include "internal.h"
 
-#define PLUG_MAX_DEVICES 64 /* as xseg_default (api.c) */
 #define CU_CAPTURE_MODE_RELAXED 2
 
 /* The graph-pool hooks (set_begin_allocate_to_pool, set_end_allocate_to_pool_fn,
@@ -36,12 +37,9 @@ typedef struct tpool {
     char why[256];  /* why creation failed */
 } tpool;
 
-static _Atomic(xseg_t *) g_dev[PLUG_MAX_DEVICES];
-static _Atomic(tpool *) g_capture[PLUG_MAX_DEVICES];
-static pthread_mutex_t g_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic(tpool *) g_capture[XSEG_MAX_DEVICES];
 static tpool *g_pools;
 static atomic_int g_npools;
-static atomic_int g_device_count = -1;
 
 /* ---- the CUDA driver, for what the driver table lacks: the thread's
  * stream-capture mode and a device-wide synchronisation ---- */
@@ -131,24 +129,19 @@ static void device_sync(int ordinal)
 
 static int check_device(int device, const char *what)
 {
-    if (device >= 0 && device < PLUG_MAX_DEVICES)
+    if (device >= 0 && device < XSEG_MAX_DEVICES)
         return 1;
     xseg_fail(NULL, XSEG_ERR_NO_DEVICE, "%s: device %d out of range 0..%d", what, device,
-              PLUG_MAX_DEVICES - 1);
+              XSEG_MAX_DEVICES - 1);
     return 0;
 }
 
 /* The default allocator of a device, created on first use. */
 static xseg_t *device_xs(int device, const char *what)
 {
-    if (!check_device(device, what))
+    xseg_t *xs = NULL;
+    if (!check_device(device, what) || xseg_default(device, &xs) != XSEG_OK)
         return NULL;
-    xseg_t *xs = atomic_load_explicit(&g_dev[device], memory_order_acquire);
-    if (xs)
-        return xs;
-    if (xseg_default(device, &xs) != XSEG_OK)
-        return NULL;
-    atomic_store_explicit(&g_dev[device], xs, memory_order_release);
     return xs;
 }
 
@@ -158,41 +151,16 @@ static int owns(const xseg_t *xs, const void *ptr)
     return xs && a >= xs->arena.base && a - xs->arena.base < xs->arena.size;
 }
 
-/* The default allocator whose range holds ptr, trying `device` first. */
-static xseg_t *default_owner(int device, const void *ptr)
-{
-    if (device >= 0 && device < PLUG_MAX_DEVICES) {
-        xseg_t *xs = atomic_load_explicit(&g_dev[device], memory_order_acquire);
-        if (owns(xs, ptr))
-            return xs;
-    }
-    for (int d = 0; d < PLUG_MAX_DEVICES; d++) {
-        xseg_t *xs = atomic_load_explicit(&g_dev[d], memory_order_acquire);
-        if (owns(xs, ptr))
-            return xs;
-    }
-    return NULL;
-}
-
-/* ---- the pool lock, also held across fork() ---- */
+/* ---- the pool lock (process.c), also held across fork() ---- */
 
 static void pool_lock(void)
 {
-    xseg_fork_init(); /* the fork handler exists before the lock is first taken */
-    pthread_mutex_lock(&g_pool_lock);
+    xproc_pool_lock();
 }
 
 static void pool_unlock(void)
 {
-    pthread_mutex_unlock(&g_pool_lock);
-}
-
-void xplugin_fork_lock(int take)
-{
-    if (take)
-        pthread_mutex_lock(&g_pool_lock);
-    else
-        pthread_mutex_unlock(&g_pool_lock);
+    xproc_pool_unlock();
 }
 
 /* ---- graph pools (g_pool_lock held) ---- */
@@ -372,7 +340,7 @@ void xseg_torch_free(void *ptr, size_t size, int device, void *stream)
     xseg_clear_error();
     if (!ptr)
         return;
-    xseg_t *xs = default_owner(device, ptr);
+    xseg_t *xs = xproc_default_owning(device, ptr);
     if (xs)
         xseg_free(xs, ptr);
     else if (!atomic_load(&g_npools) || !pool_free(ptr))
@@ -396,7 +364,7 @@ void xseg_torch_record_stream(void *ptr, void *stream)
         xseg_fail(NULL, XSEG_ERR_INVALID_ARG, "xseg_torch_record_stream: pointer is NULL");
         return;
     }
-    xseg_t *xs = default_owner(-1, ptr);
+    xseg_t *xs = xproc_default_owning(-1, ptr);
     if (xs)
         xseg_record_stream(xs, ptr, stream);
     else if (!atomic_load(&g_npools) || !pool_record(ptr, stream))
@@ -408,20 +376,20 @@ void xseg_torch_record_stream(void *ptr, void *stream)
 void xseg_torch_init(int device_count)
 {
     xseg_clear_error();
-    if (device_count < 0 || device_count > PLUG_MAX_DEVICES) {
+    if (device_count < 0 || device_count > XSEG_MAX_DEVICES) {
         xseg_fail(NULL, XSEG_ERR_NO_DEVICE,
                   "xseg_torch_init: %d devices; xseg serves at most %d", device_count,
-                  PLUG_MAX_DEVICES);
+                  XSEG_MAX_DEVICES);
         return;
     }
-    atomic_store(&g_device_count, device_count); /* allocators come at first use */
+    /* nothing else to do: allocators come at first use */
 }
 
 void xseg_torch_reset(void)
 {
     xseg_clear_error();
-    for (int d = 0; d < PLUG_MAX_DEVICES; d++) {
-        xseg_t *xs = atomic_load_explicit(&g_dev[d], memory_order_acquire);
+    for (int d = 0; d < XSEG_MAX_DEVICES; d++) {
+        xseg_t *xs = xproc_default_peek(d);
         if (xs)
             xseg_trim(xs, 0, NULL);
     }

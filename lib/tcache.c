@@ -404,28 +404,21 @@ static void on_thread_exit(void *unused)
     pthread_mutex_unlock(&g_tc_lock);
 }
 
-static void tc_fork_take(void)
+/* g_tc_lock is held across fork() (process.c's handler, which exists
+ * before any allocator does), so a child never inherits it locked by
+ * another thread. */
+void xtc_fork_lock(int take)
 {
-    pthread_mutex_lock(&g_tc_lock);
+    if (take)
+        pthread_mutex_lock(&g_tc_lock);
+    else
+        pthread_mutex_unlock(&g_tc_lock);
 }
 
-static void tc_fork_give(void)
-{
-    pthread_mutex_unlock(&g_tc_lock);
-}
-
-/* The key for the exit destructor, and g_tc_lock held across fork() so a
- * child never inherits it locked by another thread. */
+/* The key for the exit destructor. */
 static void make_key(void)
 {
     pthread_key_create(&g_tc_key, on_thread_exit);
-    pthread_atfork(tc_fork_take, tc_fork_give, tc_fork_give);
-}
-
-/* Register the fork handler now (api.c's fork module needs it before its own). */
-void xtc_fork_init(void)
-{
-    pthread_once(&g_tc_once, make_key);
 }
 
 /* Called without xs->lock, before the thread's first global allocation. */

@@ -1,0 +1,85 @@
+/* free.c: the free core, below the entry points (api.c) and the thread
+ * caches (tcache.c), above the block allocator, the slabs and the streams:
+ * the global free of a live user address, the release of a user block or
+ * slot once its stream uses are done, and the processing of the deferred
+ * frees waiting on record_stream events.  Called with xs->lock held. */
+#include <stdlib.h>
+
+#include "internal.h"
+
+/* Real release of a user allocation (its stream uses, if any, are done). */
+void xseg_release_user(xseg_t *xs, uintptr_t addr, uintptr_t tag)
+{
+    if (tag & 1)
+        xsmall_free(xs, (xslab *)(tag & ~(uintptr_t)1), addr);
+    else
+        xblk_free(xs, (xblock *)tag);
+}
+
+/* A freed allocation used on other streams waits in the pending list; with
+ * no memory for its entry, it waits for those streams now. */
+static uintptr_t defer_uses(xseg_t *xs, uintptr_t addr, uintptr_t tag)
+{
+    uintptr_t u = 0;
+    if (!xs->uses.count || !xseg_ptrmap_del(&xs->uses, addr, &u))
+        return 0;
+    atomic_store_explicit(&xs->nuses, (int)xs->uses.count, memory_order_relaxed);
+    if (xpending_add(xs, addr, tag, (xuses *)u) == XSEG_OK)
+        return u;
+    for (uint32_t i = 0; i < ((xuses *)u)->n; i++) /* no memory: wait now */
+        xstream_done(xs, ((xuses *)u)->u[i].s, ((xuses *)u)->u[i].s->epoch, 1);
+    free((void *)u);
+    return 0;
+}
+
+xseg_status xseg_free_locked(xseg_t *xs, uintptr_t addr)
+{
+    uintptr_t tag = 0;
+    if (!xseg_live_tag(xs, addr, &tag))
+        return xdiag_bad_pointer(xs, (void *)addr, "xseg_free");
+    xseg_ptrmap_del(&xs->live, addr, NULL);
+    atomic_store_explicit(xseg_gen_of(addr, tag), 0, memory_order_relaxed);
+    size_t block, req;
+    xseg_sizes_of(addr, tag, &block, &req);
+    xcnt_sub(&xs->allocated, block);
+    xcnt_sub(&xs->requested, req);
+    xcnt_sub(&xs->active, 1);
+    uintptr_t u = defer_uses(xs, addr, tag);
+    void *stream = xseg_owner_of(tag)->handle;
+    if (!u)
+        xseg_release_user(xs, addr, tag);
+    xseg_hist(xs, XEV_FREE, addr, req, stream);
+    xseg_shm(xs);
+    return XSEG_OK;
+}
+
+static int uses_done(xseg_t *xs, xuses *u, int block)
+{
+    for (uint32_t i = 0; i < u->n; i++) {
+        xstream *s = u->u[i].s;
+        uint64_t e = u->u[i].epoch ? u->u[i].epoch : s->epoch;
+        if (!xstream_done(xs, s, e, block))
+            return 0;
+    }
+    return 1;
+}
+
+void xpending_process(xseg_t *xs, int block)
+{
+    xpending **pp = &xs->pend_head, *last = NULL;
+    while (*pp) {
+        xpending *p = *pp;
+        if (!uses_done(xs, p->uses, block)) {
+            last = p;
+            pp = &p->next;
+            continue;
+        }
+        *pp = p->next;
+        xs->pend_count--;
+        uintptr_t addr = p->addr, tag = p->tag;
+        free(p->uses);
+        free(p);
+        xseg_release_user(xs, addr, tag);
+    }
+    xs->pend_tail = last;
+}

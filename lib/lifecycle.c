@@ -1,0 +1,207 @@
+/* lifecycle.c: an allocator's construction and teardown: the driver picked
+ * and opened, the caps, the tables, the arena and its first free block,
+ * monitoring; and everything freed again (with or without driver calls: a
+ * forked child must not touch the parent's memory).  The entry points
+ * xseg_create / xseg_destroy (api.c) check their arguments, the fork state
+ * and the default allocators (process.c) and call down here. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "driver_host.h"
+#include "internal.h"
+
+#define XSEG_DEFAULT_MAX_HANDLE ((size_t)1 << 30)
+
+static atomic_ullong g_next_id;
+
+static xseg_status pick_driver(xseg_t *xs, const xseg_driver *forced)
+{
+    xseg_backend_kind k = xs->conf.backend;
+    if (forced) {
+        xs->drv = forced;
+        return XSEG_OK;
+    }
+    if (k == XSEG_BACKEND_AUTO)
+        k = (xseg_driver_cuda_ptr && xseg_cuda_available()) ? XSEG_BACKEND_CUDA : XSEG_BACKEND_HOST;
+    if (k == XSEG_BACKEND_HOST) {
+        xs->drv = &xseg_driver_host;
+        return XSEG_OK;
+    }
+    if (!xseg_driver_cuda_ptr)
+        return xseg_fail(xs, XSEG_ERR_NO_BACKEND,
+                         "xseg: backend:cuda requested but this build has no CUDA backend "
+                         "(no cuda.h at build time); use backend:host or auto");
+    if (!xseg_cuda_available())
+        return xseg_fail(xs, XSEG_ERR_NO_BACKEND,
+                         "xseg: backend:cuda requested but libcuda.so.1 did not load or "
+                         "reports no device; use backend:host or auto");
+    xs->drv = xseg_driver_cuda_ptr;
+    return XSEG_OK;
+}
+
+static xseg_status open_driver(xseg_t *xs, int device)
+{
+    char err[256] = "";
+    int rc = xs->drv->init(&xs->dctx, device, xs->conf.host_capacity, err, sizeof err);
+    if (rc != XDRV_SUCCESS) {
+        xs->dctx = NULL;
+        int nodev = rc == XDRV_INVALID_DEVICE || rc == XDRV_NO_DEVICE;
+        return xseg_fail(xs, nodev ? XSEG_ERR_NO_DEVICE : XSEG_ERR_DRIVER,
+                         "xseg: opening device %d on the %s backend failed (%s): %s", device,
+                         xs->drv->name, xs->drv->error_name(rc), err);
+    }
+    if (xs->conf.host_event_lag && xs->drv == &xseg_driver_host)
+        xseg_host_set_event_lag(xs->dctx, xs->conf.host_event_lag);
+    size_t fr = 0, total = 0;
+    rc = xseg_drv_count(xs, XSEG_OP_MEM_INFO, xs->drv->mem_info(xs->dctx, &fr, &total));
+    if (rc != XDRV_SUCCESS || total == 0)
+        return xseg_fail(xs, XSEG_ERR_DRIVER, "xseg: reading device %d memory size failed (%s)",
+                         device, xs->drv->error_name(rc));
+    xs->dev_total = total;
+    return XSEG_OK;
+}
+
+static xseg_status set_caps(xseg_t *xs)
+{
+    char err[512] = "";
+    xs->max_handle = xs->conf.handle_size ? xs->conf.handle_size : XSEG_DEFAULT_MAX_HANDLE;
+    if (xseg_conf_cap(&xs->conf, xs->dev_total, &xs->cap, err, sizeof err) != XSEG_OK)
+        return xseg_fail(xs, XSEG_ERR_CONFIG, "%s", err); /* a cap of 0 would read as none */
+    return XSEG_OK;
+}
+
+static xseg_status init_arena(xseg_t *xs)
+{
+    size_t va = xs->conf.va_size ? xs->conf.va_size
+                                 : (xs->dev_total > SIZE_MAX / 4 ? SIZE_MAX / 4 : xs->dev_total) * 4;
+    xseg_status st = xarena_init(xs, va);
+    if (st != XSEG_OK)
+        return st;
+    xblock *b = xblock_new(xs);
+    if (!b)
+        return xseg_fail(xs, XSEG_ERR_OOM, "xseg: no host memory");
+    b->addr = xs->arena.base;
+    b->size = xs->arena.size;
+    b->flags = XB_FREE;
+    xfi_insert(&xs->neutral, b);
+    xs->first_block = b;
+    return XSEG_OK;
+}
+
+static xseg_status init_maps(xseg_t *xs)
+{
+    if (xseg_ptrmap_init(&xs->live, 1024) || xseg_ptrmap_init(&xs->streams, 16) ||
+        xseg_ptrmap_init(&xs->uses, 16) || xsmall_init(xs))
+        return xseg_fail(xs, XSEG_ERR_OOM, "xseg: no host memory for the allocator's tables");
+    return XSEG_OK;
+}
+
+static void free_uses(uintptr_t k, uintptr_t v, void *arg)
+{
+    (void)k;
+    (void)arg;
+    free((void *)v);
+}
+
+/* Frees everything; returns how many driver calls failed on the way. */
+static uint64_t teardown(xseg_t *xs, int call_driver, const char **last)
+{
+    uint64_t errors0 = xs->drv_errors;
+    xseg_monitor_fini(xs);
+    xstreams_fini(xs, call_driver && xs->dctx);
+    if (xs->class_of)
+        xsmall_fini(xs);
+    xblk_moved_fini(xs, call_driver && xs->dctx);
+    for (xblock *b = xs->first_block; b;) {
+        xblock *n = b->anext;
+        free(b);
+        b = n;
+    }
+    for (xblock *b = xs->spare_blocks; b;) {
+        xblock *n = b->fnext;
+        free(b);
+        b = n;
+    }
+    if (xs->dctx)
+        xarena_fini(xs, call_driver);
+    if (xs->uses.keys)
+        xseg_ptrmap_each(&xs->uses, free_uses, NULL);
+    xseg_ptrmap_fini(&xs->uses);
+    xseg_ptrmap_fini(&xs->live);
+    xseg_ptrmap_fini(&xs->streams);
+    uint64_t failed = xs->drv_errors - errors0;
+    if (last)
+        *last = failed ? xs->drv->error_name(xs->last_drv_rc) : "";
+    if (xs->dctx && call_driver)
+        xs->drv->fini(xs->dctx);
+    free(xs);
+    return failed;
+}
+
+/* The steps after the conf is parsed, each only if all before succeeded. */
+static xseg_status build(xseg_t *xs, int device, const xseg_driver *drv)
+{
+    xseg_status st = XSEG_OK;
+    if (device < 0)
+        st = xseg_fail(xs, XSEG_ERR_NO_DEVICE, "xseg_create: device %d is negative", device);
+    if (st == XSEG_OK)
+        st = pick_driver(xs, drv);
+    if (st == XSEG_OK)
+        st = open_driver(xs, device);
+    if (st == XSEG_OK)
+        st = set_caps(xs);
+    if (st == XSEG_OK)
+        st = init_maps(xs);
+    if (st == XSEG_OK)
+        st = init_arena(xs);
+    if (st == XSEG_OK)
+        st = xseg_monitor_init(xs);
+    return st;
+}
+
+xseg_status xlife_create(xseg_t **out, int device, const char *conf, const xseg_driver *drv,
+                         unsigned fork_gen)
+{
+    xseg_t *xs = calloc(1, sizeof *xs);
+    if (!xs)
+        return xseg_fail(NULL, XSEG_ERR_OOM, "xseg_create: no host memory");
+    xs->device = device;
+    xs->fork_gen = fork_gen;
+    xlock_init(&xs->lock);
+    xseg_conf_defaults(&xs->conf);
+    char err[512] = "";
+    const char *text = conf ? conf : getenv("XSEG_CONF");
+    xseg_status st = xseg_conf_parse(&xs->conf, text, err, sizeof err);
+    if (st != XSEG_OK)
+        xseg_fail(NULL, st, "%s%s", err, conf ? "" : " (from the XSEG_CONF environment variable)");
+    if (st == XSEG_OK)
+        st = build(xs, device, drv);
+    xs->id = atomic_fetch_add(&g_next_id, 1) + 1;
+    /* Thread caches bypass history and live publication: off with those. */
+    xs->tc_on = xs->conf.thread_cache && xs->conf.caching && !xs->conf.history &&
+                !xs->conf.stats_shm && xs->conf.release_threshold != XSEG_RELEASE_NOW;
+    if (st != XSEG_OK) {
+        char keep[768];
+        snprintf(keep, sizeof keep, "%s", xseg_last_error());
+        teardown(xs, 1, NULL);
+        xseg_fail(NULL, st, "%s", keep);
+        return st;
+    }
+    xseg_clear_error();
+    *out = xs;
+    return XSEG_OK;
+}
+
+xseg_status xlife_destroy(xseg_t *xs, int call_driver)
+{
+    int device = xs->device;
+    const char *last = "";
+    uint64_t failed = teardown(xs, call_driver, &last);
+    if (failed)
+        return xseg_fail(NULL, XSEG_ERR_DRIVER,
+                         "xseg_destroy: %llu driver calls failed (last: %s) while giving "
+                         "device %d's memory back; the backend's own shutdown released what "
+                         "was left", (unsigned long long)failed, last, device);
+    return XSEG_OK;
+}
