@@ -298,12 +298,6 @@ static uintptr_t place(const xseg_t *xs, const xblock *b, size_t size)
     return best;
 }
 
-static int fits(const xseg_t *xs, const xblock *b, size_t size)
-{
-    uintptr_t at = place(xs, b, size);
-    return at + size <= b->addr + b->size;
-}
-
 /* Take `size` bytes from free block b (at its placement) for owner s. */
 static xblock *carve_at(xseg_t *xs, xblock *b, uintptr_t at, size_t size, xstream *s)
 {
@@ -331,11 +325,6 @@ static xblock *carve_at(xseg_t *xs, xblock *b, uintptr_t at, size_t size, xstrea
     b->owner = s;
     b->flags = 0;
     return b;
-}
-
-static xblock *carve(xseg_t *xs, xblock *b, size_t size, xstream *s)
-{
-    return carve_at(xs, b, place(xs, b, size), size, s);
 }
 
 /* Free cached block b becomes neutral space (merged with its neutral
@@ -458,17 +447,6 @@ static xblock *stretch(xseg_t *xs, xstream *s, size_t size, size_t beat, uintptr
     return make_neutral(xs, best, best->flags & XB_LRU);
 }
 
-/* Good fit in one index, allowing for the page alignment of large blocks. */
-static xblock *find_in(xseg_t *xs, xfreeidx *f, size_t size, size_t max)
-{
-    xblock *b = xfi_find(f, size, max);
-    if (b && !fits(xs, b, size)) {
-        size_t pad = xs->arena.page - XSEG_MIN_BLOCK;
-        b = xfi_find(f, size + pad, max > SIZE_MAX - pad ? SIZE_MAX : max + pad);
-    }
-    return b;
-}
-
 /* Does placing `size` bytes in cached block b map fewer new pages than in
  * the tighter neutral block n?  Then b wins: memory already mapped is
  * reused in place rather than moved or mapped anew. */
@@ -478,56 +456,131 @@ static int fewer_new_pages(const xseg_t *xs, const xblock *b, const xblock *n, s
     return xarena_unmapped_bytes(xs, pb, pb + size) < xarena_unmapped_bytes(xs, pn, pn + size);
 }
 
-/* Best fit across the stream's own cached blocks and neutral space: the
- * tighter fit wins (filling holes between live blocks keeps their pages
- * full), a cached block wins a tie (it is mapped already). */
-static xblock *find_block(xseg_t *xs, xstream *s, size_t size, xstream **from, uint64_t *epoch)
+/* ---- find_block: an ordered list of strategies over one fit record ----
+ * The candidates are the stream's tightest cached block (within
+ * max_split_size) and the tightest neutral block, which is tighter than
+ * the cached one when there is one.  Each strategy either takes a block,
+ * fills the result and returns 1, or declines (0) without changing
+ * anything; the first that takes wins. */
+
+typedef struct xfit {
+    xstream *s;      /* the request: its stream */
+    size_t size;     /* and its size (rounded) */
+    xblock *own;     /* candidate: the tightest cached block of s, or NULL */
+    xblock *neutral; /* candidate: the tightest neutral block (tighter than own), or NULL */
+    xblock *block;   /* result: the block taken, owned by s, out of every index */
+    xstream *from;   /* whose cached memory it was (NULL: neutral space) */
+    uint64_t epoch;  /* from's epoch on that memory (0 when from is NULL) */
+    uintptr_t at;    /* where in the free block it was placed */
+} xfit;
+
+static int take(xseg_t *xs, xfit *f, xblock *free_blk, uintptr_t at, xstream *from,
+                uint64_t epoch)
+{
+    f->at = at;
+    f->from = from;
+    f->epoch = epoch;
+    f->block = carve_at(xs, free_blk, at, f->size, f->s);
+    return 1;
+}
+
+/* 1. The stream's own cached block, unless the neutral block (tighter:
+ * filling holes between live blocks keeps their pages full) needs no more
+ * new pages.  A cached block wins a tie of sizes (the neutral search stops
+ * below its size): it is mapped already. */
+static int fit_own(xseg_t *xs, xfit *f)
+{
+    xblock *b = f->own;
+    if (!b || (f->neutral && !fewer_new_pages(xs, b, f->neutral, f->size)))
+        return 0;
+    return take(xs, f, b, place(xs, b, f->size), f->s, b->epoch);
+}
+
+/* 2. No cached block of s, and the neutral space would need mapping: a
+ * cached block of another stream that the GPU is done with (see adopt). */
+static int fit_adopt(xseg_t *xs, xfit *f)
+{
+    xblock *n = f->neutral;
+    uintptr_t at = 0;
+    if (f->own || (n && xarena_all_mapped(xs, n->addr, n->addr + f->size)))
+        return 0;
+    xblock *a = adopt(xs, f->s, f->size, &at);
+    return a && take(xs, f, a, at, NULL, 0);
+}
+
+/* 3. No cached block of s fits: a larger one stretched into the neutral
+ * space beside it, if that maps fewer bytes than the neutral block. */
+static int fit_stretch(xseg_t *xs, xfit *f)
+{
+    xblock *n = f->neutral;
+    size_t beat = SIZE_MAX;
+    uintptr_t at = 0;
+    uint64_t epoch = 0;
+    if (f->own || !xs->conf.caching)
+        return 0;
+    if (n) {
+        uintptr_t pn = place(xs, n, f->size);
+        beat = xarena_unmapped_bytes(xs, pn, pn + f->size);
+    }
+    xblock *m = beat ? stretch(xs, f->s, f->size, beat, &at, &epoch) : NULL;
+    if (!m)
+        return 0;
+    take(xs, f, m, at, f->s, epoch);
+    f->block->epoch = epoch; /* it covers the stretched block: its epoch, no other */
+    return 1;
+}
+
+/* 4. No cached block of s: a free block of s just before the neutral block,
+ * extended into it (see extend_into). */
+static int fit_extend(xseg_t *xs, xfit *f)
+{
+    xblock *e = f->own || !f->neutral ? NULL : extend_into(xs, f->neutral, f->size, f->s);
+    if (!e)
+        return 0;
+    e->owner = f->s;
+    f->block = e;
+    f->at = e->addr;
+    f->from = f->s;
+    f->epoch = e->epoch;
+    return 1;
+}
+
+/* 5. The neutral block. */
+static int fit_neutral(xseg_t *xs, xfit *f)
+{
+    xblock *n = f->neutral;
+    return n && take(xs, f, n, place(xs, n, f->size), NULL, 0);
+}
+
+static int (*const fit_strategies[])(xseg_t *, xfit *) = {
+    fit_own, fit_adopt, fit_stretch, fit_extend, fit_neutral,
+};
+
+/* The candidates of f's request (page alignment needs no padding: every
+ * block found holds the request at its placement). */
+static void fit_candidates(xseg_t *xs, xfit *f)
 {
     size_t mss = xs->conf.max_split_size;
-    size_t max = size <= mss ? mss : SIZE_MAX;
-    xblock *b = xs->conf.caching ? find_in(xs, &s->idx, size, max) : NULL;
-    xblock *n = NULL;
-    if (!b || b->size != size)
-        n = find_in(xs, &xs->neutral, size, b ? b->size - 1 : SIZE_MAX);
-    if (b && (!n || n->size >= b->size || fewer_new_pages(xs, b, n, size))) {
-        *from = s;
-        *epoch = b->epoch;
-        return carve(xs, b, size, s);
-    }
-    if (!b && (!n || !xarena_all_mapped(xs, n->addr, n->addr + size))) {
-        uintptr_t at;
-        xblock *a = adopt(xs, s, size, &at);
-        if (a) {
-            *from = NULL;
-            return carve_at(xs, a, at, size, s);
-        }
-    }
-    if (!b && xs->conf.caching) {
-        uintptr_t at = 0;
-        size_t beat = SIZE_MAX;
-        if (n) {
-            uintptr_t pn = place(xs, n, size);
-            beat = xarena_unmapped_bytes(xs, pn, pn + size);
-        }
-        xblock *m = beat ? stretch(xs, s, size, beat, &at, epoch) : NULL;
-        if (m) {
-            *from = s;
-            m = carve_at(xs, m, at, size, s);
-            m->epoch = *epoch; /* it covers the stretched block: its epoch, no other */
-            return m;
-        }
-    }
-    if (!n)
-        return NULL;
-    xblock *e = b ? NULL : extend_into(xs, n, size, s);
-    if (e) {
-        *from = s;
-        *epoch = e->epoch;
-        e->owner = s;
-        return e;
-    }
-    *from = NULL;
-    return carve(xs, n, size, s);
+    size_t max = f->size <= mss ? mss : SIZE_MAX;
+    xblock *b = xs->conf.caching ? xfi_find(&f->s->idx, f->size, max) : NULL;
+    f->own = b;
+    f->neutral = NULL;
+    if (!b || b->size != f->size)
+        f->neutral = xfi_find(&xs->neutral, f->size, b ? b->size - 1 : SIZE_MAX);
+}
+
+/* Fill f's result from its request (f->s, f->size); NULL: no room. */
+static xblock *find_block(xseg_t *xs, xfit *f)
+{
+    f->block = NULL;
+    f->from = NULL;
+    f->epoch = 0;
+    f->at = 0;
+    fit_candidates(xs, f);
+    for (size_t i = 0; i < sizeof fit_strategies / sizeof *fit_strategies; i++)
+        if (fit_strategies[i](xs, f))
+            return f->block;
+    return NULL;
 }
 
 static size_t round_page(const xseg_t *xs, size_t v)
@@ -768,26 +821,25 @@ static xseg_status ensure_mapped(xseg_t *xs, xblock *b, size_t request)
  * caches go back to the allocator: they may serve this request, and held
  * blocks would otherwise count as live when the cache is measured against
  * the peak (release_threshold:auto).  The block found first is put back. */
-static xblock *find_after_flush(xseg_t *xs, xstream *s, size_t size, xblock *b,
-                                xstream **from, uint64_t *epoch)
+static xblock *find_after_flush(xseg_t *xs, xfit *f)
 {
+    xblock *b = f->block;
     if (!xs->tc_on || xarena_all_mapped(xs, b->addr, b->addr + b->size) || !xtc_held_any(xs))
         return b;
-    if (!*from)
+    if (!f->from)
         b->owner = NULL; /* it came from neutral space */
-    b->epoch = *from ? *epoch : 0; /* what its old contents wait for, on its owner */
+    b->epoch = f->from ? f->epoch : 0; /* what its old contents wait for, on its owner */
     coalesce(xs, b, 1);
     xtc_flush_all(xs);
-    return find_block(xs, s, size, from, epoch);
+    return find_block(xs, f);
 }
 
 xseg_status xblk_alloc(xseg_t *xs, xstream *s, size_t size, size_t request, xblock **out)
 {
-    xstream *from = NULL;
-    uint64_t epoch = 0;
-    xblock *b = find_block(xs, s, size, &from, &epoch);
+    xfit f = {.s = s, .size = size};
+    xblock *b = find_block(xs, &f);
     if (b)
-        b = find_after_flush(xs, s, size, b, &from, &epoch);
+        b = find_after_flush(xs, &f);
     if (!b) {
         char b1[32];
         return xseg_fail(xs, XSEG_ERR_VA_EXHAUSTED,
@@ -797,7 +849,7 @@ xseg_status xblk_alloc(xseg_t *xs, xstream *s, size_t size, size_t request, xblo
     xs->arena_used += b->size;
     if (xs->arena_used > xs->peak_alloc_ever)
         xs->peak_alloc_ever = xs->arena_used;
-    split_large(xs, b, from, epoch);
+    split_large(xs, b, f.from, f.epoch);
     xseg_status st = ensure_mapped(xs, b, request);
     if (st != XSEG_OK) {
         xs->arena_used -= b->size;
