@@ -35,10 +35,10 @@ xseg_status xarena_init(xseg_t *xs, size_t va_size)
 {
     xarena *ar = &xs->arena;
     size_t gran = 0;
-    int rc = xs->drv->granularity(xs->dctx, &gran);
+    int rc = xdrv_granularity(xs, &gran);
     if (rc != XDRV_SUCCESS || gran == 0)
         return xseg_fail(xs, XSEG_ERR_DRIVER, "xseg: cannot read the allocation granularity (%s)",
-                         xs->drv->error_name(rc));
+                         xdrv_error_name(xs, rc));
     size_t page = xs->conf.page_size ? xs->conf.page_size : gran;
     if (page % gran)
         return xseg_fail(xs, XSEG_ERR_CONFIG,
@@ -56,13 +56,13 @@ xseg_status xarena_init(xseg_t *xs, size_t va_size)
     if (!ar->page_handle || !ar->mapped_bits)
         return xseg_fail(xs, XSEG_ERR_OOM, "xseg: no host memory for the page table of %zu pages",
                          ar->npages);
-    rc = xseg_drv_count(xs, XSEG_OP_RESERVE, xs->drv->reserve(xs->dctx, ar->size, &ar->base));
+    rc = xdrv_reserve(xs, ar->size, &ar->base);
     if (rc != XDRV_SUCCESS)
         return xseg_fail(xs, rc == XDRV_OUT_OF_MEMORY ? XSEG_ERR_VA_EXHAUSTED : XSEG_ERR_DRIVER,
                          "xseg: reserving %zu bytes of virtual address space (%s %zu rounded up "
                          "to whole pages of page_size %zu) failed (%s); lower va_size%s",
                          ar->size, xs->conf.va_size ? "va_size" : "the automatic va_size",
-                         va_size, page, xs->drv->error_name(rc),
+                         va_size, page, xdrv_error_name(xs, rc),
                          xs->conf.va_size ? "" : " (4 x device memory: host_capacity on host)");
     xcnt_add(&xs->va, ar->size);
     xcnt_add(&xs->segments, 1);
@@ -151,7 +151,7 @@ void xarena_release_orphans(xseg_t *xs)
     uint32_t kept = 0;
     for (uint32_t i = 0; i < ar->norphans; i++) {
         uint64_t h = ar->orphans[i];
-        if (xseg_drv_count(xs, XSEG_OP_RELEASE, xs->drv->release(xs->dctx, h)) == XDRV_SUCCESS)
+        if (xdrv_release(xs, h) == XDRV_SUCCESS)
             xcnt_sub(&xs->handles, 1);
         else
             ar->orphans[kept++] = h;
@@ -175,16 +175,16 @@ static xseg_status map_run(xseg_t *xs, size_t p0, size_t p1, size_t request)
             break;
         }
         uint64_t h = 0;
-        rc = xseg_drv_count(xs, XSEG_OP_CREATE, xs->drv->create(xs->dctx, bytes, &h));
+        rc = xdrv_create(xs, bytes, &h);
         if (rc != XDRV_SUCCESS) {
             handle_slot_put(ar, slot);
             break;
         }
         uintptr_t va = ar->base + (p << ar->shift);
-        rc = xseg_drv_count(xs, XSEG_OP_MAP, xs->drv->map(xs->dctx, va, bytes, h));
+        rc = xdrv_map(xs, va, bytes, h);
         if (rc != XDRV_SUCCESS) {
             failed = XSEG_OP_MAP;
-            if (xseg_drv_count(xs, XSEG_OP_RELEASE, xs->drv->release(xs->dctx, h)) != XDRV_SUCCESS) {
+            if (xdrv_release(xs, h) != XDRV_SUCCESS) {
                 xcnt_add(&xs->handles, 1);
                 orphan_keep(xs, h);
             }
@@ -202,8 +202,7 @@ static xseg_status map_run(xseg_t *xs, size_t p0, size_t p1, size_t request)
     }
     if (rc == XDRV_SUCCESS && p > p0) {
         uintptr_t va = ar->base + (p0 << ar->shift);
-        rc = xseg_drv_count(xs, XSEG_OP_SET_ACCESS,
-                            xs->drv->set_access(xs->dctx, va, (p1 - p0) << ar->shift));
+        rc = xdrv_set_access(xs, va, (p1 - p0) << ar->shift);
         failed = XSEG_OP_SET_ACCESS;
     }
     if (rc == XDRV_SUCCESS)
@@ -213,7 +212,7 @@ static xseg_status map_run(xseg_t *xs, size_t p0, size_t p1, size_t request)
     char b1[32], b2[32];
     return xseg_fail(xs, rc == XDRV_OUT_OF_MEMORY ? XSEG_ERR_OOM : XSEG_ERR_DRIVER,
                      "xseg: %s failed (%s) mapping %s for a request of %zu bytes; mapped %s",
-                     xseg_op_name(failed), xs->drv->error_name(rc),
+                     xseg_op_name(failed), xdrv_error_name(xs, rc),
                      xseg_fmt_size((p1 - p0) << ar->shift, b1, sizeof b1), request,
                      xseg_fmt_size(xs->mapped.cur, b2, sizeof b2));
 }
@@ -257,7 +256,7 @@ static void unmap_release_run(xseg_t *xs, size_t p0, size_t p1, int *err)
     if (p1 <= p0)
         return;
     uintptr_t va = ar->base + (p0 << ar->shift);
-    int rc = xseg_drv_count(xs, XSEG_OP_UNMAP, xs->drv->unmap(xs->dctx, va, (p1 - p0) << ar->shift));
+    int rc = xdrv_unmap(xs, va, (p1 - p0) << ar->shift);
     if (rc != XDRV_SUCCESS) {
         *err = rc;
         return; /* still mapped: state stays consistent, retried later */
@@ -268,7 +267,7 @@ static void unmap_release_run(xseg_t *xs, size_t p0, size_t p1, int *err)
         uint32_t slot = ar->page_handle[p];
         xhandle h = ar->handles[slot];
         size_t bytes = (size_t)h.npages << ar->shift;
-        rc = xseg_drv_count(xs, XSEG_OP_RELEASE, xs->drv->release(xs->dctx, h.drv));
+        rc = xdrv_release(xs, h.drv);
         if (rc != XDRV_SUCCESS) {
             *err = rc;
             orphan_keep(xs, h.drv);
@@ -341,12 +340,12 @@ static int map_again(xseg_t *xs, uint32_t slot, size_t t)
     xhandle *h = &ar->handles[slot];
     uintptr_t va = ar->base + (t << ar->shift);
     size_t bytes = (size_t)h->npages << ar->shift;
-    int rc = xseg_drv_count(xs, XSEG_OP_MAP, xs->drv->map(xs->dctx, va, bytes, h->drv));
+    int rc = xdrv_map(xs, va, bytes, h->drv);
     if (rc != XDRV_SUCCESS)
         return rc;
-    rc = xseg_drv_count(xs, XSEG_OP_SET_ACCESS, xs->drv->set_access(xs->dctx, va, bytes));
+    rc = xdrv_set_access(xs, va, bytes);
     if (rc != XDRV_SUCCESS)
-        xseg_drv_count(xs, XSEG_OP_UNMAP, xs->drv->unmap(xs->dctx, va, bytes));
+        xdrv_unmap(xs, va, bytes);
     return rc;
 }
 
@@ -405,7 +404,7 @@ size_t xarena_move(xseg_t *xs, uintptr_t sa, uintptr_t sb, uintptr_t da, uintptr
 
 int xarena_unmap_old(xseg_t *xs, uintptr_t lo, uintptr_t hi)
 {
-    return xseg_drv_count(xs, XSEG_OP_UNMAP, xs->drv->unmap(xs->dctx, lo, hi - lo));
+    return xdrv_unmap(xs, lo, hi - lo);
 }
 
 void xarena_fini(xseg_t *xs, int call_driver)
@@ -421,7 +420,7 @@ void xarena_fini(xseg_t *xs, int call_driver)
             p = xbm_next(ar->mapped_bits, end, ar->npages, 1);
         }
         xarena_release_orphans(xs);
-        xseg_drv_count(xs, XSEG_OP_ADDRESS_FREE, xs->drv->address_free(xs->dctx, ar->base, ar->size));
+        xdrv_address_free(xs, ar->base, ar->size);
     }
     if (ar->base) {
         xcnt_sub(&xs->va, ar->size);

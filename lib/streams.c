@@ -55,13 +55,13 @@ static int record(xseg_t *xs, xstream *s)
     if (s->gone)
         return XDRV_NOT_PERMITTED;
     if (!s->event) {
-        rc = xseg_drv_count(xs, XSEG_OP_EVENT_CREATE, xs->drv->event_create(xs->dctx, &s->event));
+        rc = xdrv_event_create(xs, &s->event);
         if (rc != XDRV_SUCCESS) {
             s->event = NULL;
             return rc;
         }
     }
-    rc = xseg_drv_count(xs, XSEG_OP_EVENT_RECORD, xs->drv->event_record(xs->dctx, s->event, s->handle));
+    rc = xdrv_event_record(xs, s->event, s->handle);
     if (rc == XDRV_SUCCESS)
         s->ev_epoch = s->epoch++;
     return rc;
@@ -71,10 +71,10 @@ static int record(xseg_t *xs, xstream *s)
  * 1 once it has completed (s->done advances). */
 static int poll_event(xseg_t *xs, xstream *s, int block)
 {
-    int rc = xseg_drv_count(xs, XSEG_OP_EVENT_QUERY, xs->drv->event_query(xs->dctx, s->event));
+    int rc = xdrv_event_query(xs, s->event);
     if (rc == XDRV_NOT_READY && block) {
         xs->syncs++;
-        rc = xseg_drv_count(xs, XSEG_OP_EVENT_SYNC, xs->drv->event_sync(xs->dctx, s->event));
+        rc = xdrv_event_sync(xs, s->event);
     }
     if (rc == XDRV_SUCCESS && s->ev_epoch > s->done)
         s->done = s->ev_epoch;
@@ -111,14 +111,13 @@ static int retire_wait(xseg_t *xs, xstream *s)
     if (xstream_done(xs, s, s->epoch, 1))
         return 1;
     xs->syncs++;
-    int rc = xs->drv->stream_sync(xs->dctx, s->handle);
-    return xseg_drv_count(xs, XSEG_OP_STREAM_SYNC, rc) == XDRV_SUCCESS;
+    return xdrv_stream_sync(xs, s->handle) == XDRV_SUCCESS;
 }
 
 static void destroy_event(xseg_t *xs, xstream *s)
 {
     if (s->event)
-        xseg_drv_count(xs, XSEG_OP_EVENT_DESTROY, xs->drv->event_destroy(xs->dctx, s->event));
+        xdrv_event_destroy(xs, s->event);
     s->event = NULL;
 }
 
@@ -284,7 +283,7 @@ static void free_list(xseg_t *xs, xstream *s, int call_driver)
     while (s) {
         xstream *n = s->next_all;
         if (s->event && call_driver)
-            xseg_drv_count(xs, XSEG_OP_EVENT_DESTROY, xs->drv->event_destroy(xs->dctx, s->event));
+            xdrv_event_destroy(xs, s->event);
         free(s);
         s = n;
     }
@@ -304,7 +303,6 @@ void xstreams_fini(xseg_t *xs, int call_driver)
         free(p);
     }
     xs->pend_tail = NULL;
-    xs->pend_count = 0;
 }
 
 xseg_status xuses_add(xseg_t *xs, uintptr_t addr, xstream *s)
@@ -355,7 +353,6 @@ xseg_status xpending_add(xseg_t *xs, uintptr_t addr, uintptr_t tag, xuses *u)
     else
         xs->pend_head = p;
     xs->pend_tail = p;
-    xs->pend_count++;
     xs->deferred++;
     return XSEG_OK;
 }
