@@ -1,7 +1,13 @@
 /* lock.h: the allocator's lock: a futex-based mutex ("Futexes Are Tricky",
- * Drepper, mutex 3) that spins briefly before sleeping, since the critical
- * sections it guards last tens of nanoseconds.  Uncontended lock and unlock
- * are one atomic instruction each. */
+ * Drepper, mutex 3) that spins briefly before sleeping.  Most critical
+ * sections it guards are short (a free-index search, a split, a coalesce:
+ * tens to hundreds of nanoseconds), so a waiter usually gets the lock while
+ * spinning.  Some are long: the lock is held across driver calls (create,
+ * map, set_access, unmap, release), event queries and, on the cap, the OOM
+ * retry ladder and trim, event and stream synchronisations that wait for
+ * the GPU; a waiter then sleeps in the kernel after XLOCK_SPINS pauses
+ * rather than spinning through them.  Uncontended lock and unlock are one
+ * atomic instruction each. */
 #ifndef XSEG_LOCK_H
 #define XSEG_LOCK_H
 

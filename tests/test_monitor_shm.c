@@ -523,7 +523,7 @@ START_TEST(t_stale_cleanup)
         fprintf(stderr, "t_stale_cleanup: xseg-top not built, not run\n");
         return;
     }
-    char dead[512], reused[512], other[512], cmd[1024];
+    char dead[512], reused[512], other[512], cmd[1600];
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {

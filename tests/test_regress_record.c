@@ -304,8 +304,8 @@ START_TEST(first_error_kept)
     ck_assert_msg(strstr(o.err, want), "the message does not name the line: %s", o.err);
 
     /* A trace error is reported as the reader words it, once. */
-    const char *bad = write_text("bad.csv", "a,1,100,0\nf,2\n");
-    const char *args2[] = {bad, "--conf", "backend:host", NULL};
+    const char *bad_file = write_text("bad.csv", "a,1,100,0\nf,2\n");
+    const char *args2[] = {bad_file, "--conf", "backend:host", NULL};
     o = record(args2);
     ck_assert_int_eq(o.status, 1);
     ck_assert_msg(strstr(o.err, "free of unknown id 2"), "%s", o.err);
