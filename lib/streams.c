@@ -358,34 +358,3 @@ xseg_status xpending_add(xseg_t *xs, uintptr_t addr, uintptr_t tag, xuses *u)
     xs->deferred++;
     return XSEG_OK;
 }
-
-static int uses_done(xseg_t *xs, xuses *u, int block)
-{
-    for (uint32_t i = 0; i < u->n; i++) {
-        xstream *s = u->u[i].s;
-        uint64_t e = u->u[i].epoch ? u->u[i].epoch : s->epoch;
-        if (!xstream_done(xs, s, e, block))
-            return 0;
-    }
-    return 1;
-}
-
-void xpending_process(xseg_t *xs, int block)
-{
-    xpending **pp = &xs->pend_head, *last = NULL;
-    while (*pp) {
-        xpending *p = *pp;
-        if (!uses_done(xs, p->uses, block)) {
-            last = p;
-            pp = &p->next;
-            continue;
-        }
-        *pp = p->next;
-        xs->pend_count--;
-        uintptr_t addr = p->addr, tag = p->tag;
-        free(p->uses);
-        free(p);
-        xseg_release_user(xs, addr, tag);
-    }
-    xs->pend_tail = last;
-}
