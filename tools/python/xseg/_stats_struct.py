@@ -1,8 +1,11 @@
 """_stats_struct: ctypes mirror of struct xseg_stats (include/xseg.h).
 
-Keep in the order of the C header.  The library fills at most `size` bytes
-and writes back how many it filled, so a mismatch shows as a returned size
-different from ctypes.sizeof(XsegStats) (tests/test_struct.py checks it).
+Keep in the order of the field list, lib/stats_fields.h (which the C
+header's struct is checked against at compile time):
+tests/test_stats_list.py checks names, order, types and offsets against the
+list.  The library fills at most `size` bytes and writes back how many it
+filled, so a mismatch also shows as a returned size different from
+ctypes.sizeof(XsegStats) (tests/test_struct.py checks it).
 """
 import ctypes
 
