@@ -86,7 +86,7 @@ END_TEST
  * some work. */
 static char *render(int prom)
 {
-    xseg_t *xs = t_host(NULL);
+    xseg_t *xs = t_host("host_capacity:1GB");
     void *p, *q;
     ck_assert_int_eq(xseg_alloc(xs, 3 * MiB, NULL, &p), XSEG_OK);
     ck_assert_int_eq(xseg_alloc(xs, 1000, NULL, &q), XSEG_OK);
