@@ -89,7 +89,7 @@ static void render(const xseg_t *xs, xtb *b)
     xtb_put(b, "{\"version\":1,\"device\":%d,\"backend\":\"%s\",\"capacity\":%llu,"
             "\"recorded\":%llu,\"dropped\":%llu,\"start_unix_ns\":%llu,\"page_size\":%zu,"
             "\"cap\":%llu,\"live\":%llu,\"mapped\":%llu,\"events\":[\n",
-         xs->device, xs->drv->name, (unsigned long long)h->cap, (unsigned long long)h->count,
+         xs->device, xdrv_name(xs), (unsigned long long)h->cap, (unsigned long long)h->count,
          (unsigned long long)first, (unsigned long long)h->t0_real, xs->arena.page,
          (unsigned long long)(xs->cap == SIZE_MAX ? 0 : xs->cap),
          (unsigned long long)xs->allocated.cur, (unsigned long long)xs->mapped.cur);

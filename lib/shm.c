@@ -259,7 +259,7 @@ static void publish_first(xseg_t *xs, xshm *m)
 {
     xseg_shm_record *r = m->rec;
     uint64_t backend = 0, version[2] = {0, 0};
-    memcpy(&backend, xs->drv->name, strnlen(xs->drv->name, sizeof backend));
+    memcpy(&backend, xdrv_name(xs), strnlen(xdrv_name(xs), sizeof backend));
     memcpy(version, xseg_version(), strnlen(xseg_version(), sizeof version));
     uint64_t s = atomic_load_explicit(&r->seq, memory_order_relaxed);
     atomic_store_explicit(&r->seq, s + 1, memory_order_relaxed);

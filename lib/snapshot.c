@@ -110,7 +110,7 @@ static void render(xtb *b, xseg_t *xs)
     xtb_put(b, "{\"version\":1,\"device\":%d,\"backend\":\"%s\",\"page_size\":%llu,"
             "\"allocated\":%llu,\"requested\":%llu,\"active\":%llu,\"mapped\":%llu,"
             "\"cached\":%llu,\"cap\":%llu,\"device_total\":%llu,\"segments\":[\n",
-         xs->device, xs->drv->name, (ull)ar->page, (ull)xs->allocated.cur,
+         xs->device, xdrv_name(xs), (ull)ar->page, (ull)xs->allocated.cur,
          (ull)xs->requested.cur, (ull)xs->active.cur, (ull)xs->mapped.cur, (ull)cached,
          (ull)(xs->cap == SIZE_MAX ? 0 : xs->cap), (ull)xs->dev_total);
     if (ar->base) {
