@@ -75,7 +75,6 @@ void xpending_process(xseg_t *xs, int block)
             continue;
         }
         *pp = p->next;
-        xs->pend_count--;
         uintptr_t addr = p->addr, tag = p->tag;
         free(p->uses);
         free(p);

@@ -164,7 +164,6 @@ struct xseg {
     xstream *gone_streams; /* retired states still referred to (streams.c) */
     size_t ngone, gone_floor;
     xpending *pend_head, *pend_tail;
-    size_t pend_count;
     xblock *moved;        /* XB_MOVED blocks, linked by lnext */
     size_t unmapping_bytes;   /* their old mappings (the driver maps these twice) */
     uint64_t moved_bytes;     /* bytes of handles ever moved */

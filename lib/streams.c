@@ -303,7 +303,6 @@ void xstreams_fini(xseg_t *xs, int call_driver)
         free(p);
     }
     xs->pend_tail = NULL;
-    xs->pend_count = 0;
 }
 
 xseg_status xuses_add(xseg_t *xs, uintptr_t addr, xstream *s)
@@ -354,7 +353,6 @@ xseg_status xpending_add(xseg_t *xs, uintptr_t addr, uintptr_t tag, xuses *u)
     else
         xs->pend_head = p;
     xs->pend_tail = p;
-    xs->pend_count++;
     xs->deferred++;
     return XSEG_OK;
 }
