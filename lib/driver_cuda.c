@@ -3,8 +3,9 @@
  * cuMemSetAccess) and events through the driver API.
  *
  * libcuda.so.1 is never linked: it is dlopen()ed once, only cuGetProcAddress
- * is taken with dlsym(), and every other entry point comes from
- * cuGetProcAddress at a fixed ABI version.  Each operation runs with the
+ * is taken with dlsym(), and every other entry point, all named once in
+ * cuda_syms.h, comes from cuGetProcAddress at a fixed ABI version; the rest
+ * of the library gets them from here (xseg_cuda_sym).  Each operation runs with the
  * device's primary context (retained by init) current on the calling thread,
  * so the allocator shares memory and streams with the CUDA runtime. */
 #include <cuda.h>
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_syms.h"
 #include "driver.h"
 #include "driver_cuda.h"
 
@@ -47,51 +49,26 @@ _Static_assert((int)CUDA_ERROR_NOT_SUPPORTED == (int)XDRV_NOT_SUPPORTED, "CUresu
 _Static_assert((int)CUDA_ERROR_UNKNOWN == (int)XDRV_UNKNOWN, "CUresult mismatch");
 _Static_assert(sizeof(void *) == sizeof(PFN_cuInit_v2000), "function pointer size");
 
-/* The entry points, typed by the ABI that XSEG_CU_ABI selects. */
+/* The entry points (cuda_syms.h), typed by the ABI of each signature. */
+#define FIELD(name, ver) PFN_cu##name##_v##ver name;
 typedef struct cuda_api {
-    PFN_cuInit_v2000 Init;
-    PFN_cuDeviceGetCount_v2000 DeviceGetCount;
-    PFN_cuDeviceGet_v2000 DeviceGet;
-    PFN_cuDeviceGetAttribute_v2000 DeviceGetAttribute;
-    PFN_cuDevicePrimaryCtxRetain_v7000 DevicePrimaryCtxRetain;
-    PFN_cuDevicePrimaryCtxRelease_v11000 DevicePrimaryCtxRelease;
-    PFN_cuCtxGetCurrent_v4000 CtxGetCurrent;
-    PFN_cuCtxSetCurrent_v4000 CtxSetCurrent;
-    PFN_cuCtxPushCurrent_v4000 CtxPushCurrent;
-    PFN_cuCtxPopCurrent_v4000 CtxPopCurrent;
-    PFN_cuMemGetAllocationGranularity_v10020 MemGetAllocationGranularity;
-    PFN_cuMemGetInfo_v3020 MemGetInfo;
-    PFN_cuMemAddressReserve_v10020 MemAddressReserve;
-    PFN_cuMemAddressFree_v10020 MemAddressFree;
-    PFN_cuMemCreate_v10020 MemCreate;
-    PFN_cuMemRelease_v10020 MemRelease;
-    PFN_cuMemMap_v10020 MemMap;
-    PFN_cuMemUnmap_v10020 MemUnmap;
-    PFN_cuMemSetAccess_v10020 MemSetAccess;
-    PFN_cuEventCreate_v2000 EventCreate;
-    PFN_cuEventRecord_v2000 EventRecord;
-    PFN_cuEventQuery_v2000 EventQuery;
-    PFN_cuEventSynchronize_v2000 EventSynchronize;
-    PFN_cuEventDestroy_v4000 EventDestroy;
-    PFN_cuStreamSynchronize_v2000 StreamSynchronize;
-    PFN_cuGetErrorName_v6000 GetErrorName;
+    XSEG_CUDA_SYMS(FIELD)
 } cuda_api;
+#undef FIELD
+
+/* Both ABIs asked of cuGetProcAddress reach every signature listed. */
+#define ABI_REACHES(name, ver)                                                  \
+    _Static_assert((ver) <= XSEG_CU_ABI && (ver) <= XSEG_CU_ABI_V1,             \
+                   "cu" #name "'s ABI version is above the one xseg asks for");
+XSEG_CUDA_SYMS(ABI_REACHES)
+#undef ABI_REACHES
 
 /* Base symbol name ("cu" + field) and slot of each entry point. */
-#define ENTRY(field) { "cu" #field, offsetof(cuda_api, field) }
+#define ENTRY(name, ver) {"cu" #name, offsetof(cuda_api, name)},
 static const struct {
     const char *name;
     size_t offset;
-} k_entries[] = {
-    ENTRY(Init), ENTRY(DeviceGetCount), ENTRY(DeviceGet), ENTRY(DeviceGetAttribute),
-    ENTRY(DevicePrimaryCtxRetain), ENTRY(DevicePrimaryCtxRelease),
-    ENTRY(CtxGetCurrent), ENTRY(CtxSetCurrent), ENTRY(CtxPushCurrent), ENTRY(CtxPopCurrent),
-    ENTRY(MemGetAllocationGranularity), ENTRY(MemGetInfo),
-    ENTRY(MemAddressReserve), ENTRY(MemAddressFree), ENTRY(MemCreate), ENTRY(MemRelease),
-    ENTRY(MemMap), ENTRY(MemUnmap), ENTRY(MemSetAccess),
-    ENTRY(EventCreate), ENTRY(EventRecord), ENTRY(EventQuery), ENTRY(EventSynchronize),
-    ENTRY(EventDestroy), ENTRY(StreamSynchronize), ENTRY(GetErrorName),
-};
+} k_entries[] = {XSEG_CUDA_SYMS(ENTRY)};
 #undef ENTRY
 
 /* Loader state, written once under g_load_once, read-only afterwards. */
@@ -227,6 +204,20 @@ int xseg_cuda_device_count(void)
 int xseg_cuda_available(void)
 {
     return xseg_cuda_device_count() > 0;
+}
+
+void *xseg_cuda_sym(const char *name)
+{
+    if (name == NULL || ensure_loaded() != XDRV_SUCCESS)
+        return NULL;
+    for (size_t i = 0; i < sizeof k_entries / sizeof k_entries[0]; i++) {
+        if (strcmp(k_entries[i].name, name) == 0) {
+            void *fn;
+            memcpy(&fn, (const char *)&g_api + k_entries[i].offset, sizeof fn);
+            return fn;
+        }
+    }
+    return NULL;
 }
 
 static const char *cuda_error_name(int code)

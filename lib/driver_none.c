@@ -14,3 +14,9 @@ int xseg_cuda_device_count(void)
 {
     return 0;
 }
+
+void *xseg_cuda_sym(const char *name)
+{
+    (void)name;
+    return NULL;
+}
