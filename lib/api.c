@@ -15,7 +15,7 @@ const char *xseg_version(void)
 
 const char *xseg_backend_name(const xseg_t *xs)
 {
-    return xs ? xs->drv->name : "none";
+    return xs ? xdrv_name(xs) : "none";
 }
 
 #define CHECK_XS(xs)                                                                 \
@@ -334,7 +334,7 @@ xseg_status xseg_stats_json(xseg_t *xs, char *buf, size_t cap, size_t *len)
     xlock_lock(&xs->lock);
     xseg_fill_stats(xs, &st);
     xlock_unlock(&xs->lock);
-    size_t n = xseg_render_json(&st, xs->drv->name, buf, cap);
+    size_t n = xseg_render_json(&st, xdrv_name(xs), buf, cap);
     if (len)
         *len = n;
     if (n + 1 > cap)

@@ -78,7 +78,7 @@ xseg_status xdiag_oom_report(xseg_t *xs, size_t size)
     size_t fr = 0, total = 0;
     xseg_stats st = {.size = sizeof st};
     xseg_fill_stats(xs, &st);
-    xs->drv->mem_info(xs->dctx, &fr, &total);
+    xdrv_mem_info(xs, &fr, &total); /* counted (drv.c) */
     xs->ooms++;
     xseg_fail(xs, XSEG_ERR_OOM,
               "xseg: out of memory on device %d: requested %s (%zu B); in use %s, "

@@ -43,21 +43,21 @@ static xseg_status pick_driver(xseg_t *xs, const xseg_driver *forced)
 static xseg_status open_driver(xseg_t *xs, int device)
 {
     char err[256] = "";
-    int rc = xs->drv->init(&xs->dctx, device, xs->conf.host_capacity, err, sizeof err);
+    int rc = xdrv_init(xs, device, xs->conf.host_capacity, err, sizeof err);
     if (rc != XDRV_SUCCESS) {
         xs->dctx = NULL;
         int nodev = rc == XDRV_INVALID_DEVICE || rc == XDRV_NO_DEVICE;
         return xseg_fail(xs, nodev ? XSEG_ERR_NO_DEVICE : XSEG_ERR_DRIVER,
                          "xseg: opening device %d on the %s backend failed (%s): %s", device,
-                         xs->drv->name, xs->drv->error_name(rc), err);
+                         xdrv_name(xs), xdrv_error_name(xs, rc), err);
     }
-    if (xs->conf.host_event_lag && xs->drv == &xseg_driver_host)
+    if (xs->conf.host_event_lag && xdrv_has(xs, XDRV_CAP_EVENT_LAG))
         xseg_host_set_event_lag(xs->dctx, xs->conf.host_event_lag);
     size_t fr = 0, total = 0;
-    rc = xseg_drv_count(xs, XSEG_OP_MEM_INFO, xs->drv->mem_info(xs->dctx, &fr, &total));
+    rc = xdrv_mem_info(xs, &fr, &total);
     if (rc != XDRV_SUCCESS || total == 0)
         return xseg_fail(xs, XSEG_ERR_DRIVER, "xseg: reading device %d memory size failed (%s)",
-                         device, xs->drv->error_name(rc));
+                         device, xdrv_error_name(xs, rc));
     xs->dev_total = total;
     return XSEG_OK;
 }
@@ -132,9 +132,9 @@ static uint64_t teardown(xseg_t *xs, int call_driver, const char **last)
     xseg_ptrmap_fini(&xs->streams);
     uint64_t failed = xs->drv_errors - errors0;
     if (last)
-        *last = failed ? xs->drv->error_name(xs->last_drv_rc) : "";
+        *last = failed ? xdrv_error_name(xs, xs->last_drv_rc) : "";
     if (xs->dctx && call_driver)
-        xs->drv->fini(xs->dctx);
+        xdrv_fini(xs);
     free(xs);
     return failed;
 }
