@@ -14,13 +14,13 @@
  * so an exit handler or a C++ static destructor that frees a tensor late
  * finds valid allocators.  The pool lock (xproc_pool_lock) lives in
  * process.c, which holds it across fork(). */
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "driver_cuda.h"
 #include "internal.h"
 
 #define CU_CAPTURE_MODE_RELAXED 2
@@ -63,25 +63,24 @@ static struct {
 } g_cu;
 static pthread_once_t g_cu_once = PTHREAD_ONCE_INIT;
 
-static void cu_sym(void *lib, const char *name, void *slot)
+static void cu_sym(const char *name, void *slot)
 {
-    void *p = dlsym(lib, name);
+    void *p = xseg_cuda_sym(name);
     memcpy(slot, &p, sizeof p);
 }
 
-/* libcuda is already loaded when a pool uses the CUDA backend. */
+/* The entry points the CUDA backend loaded (one symbol list, cuda_syms.h,
+ * at the ABI versions it names); only used when a pool's allocator is on
+ * the CUDA backend, so libcuda is loaded already. */
 static void cu_load(void)
 {
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    if (!lib)
-        return;
-    cu_sym(lib, "cuDeviceGet", &g_cu.dev_get);
-    cu_sym(lib, "cuDevicePrimaryCtxRetain", &g_cu.retain);
-    cu_sym(lib, "cuDevicePrimaryCtxRelease_v2", &g_cu.release);
-    cu_sym(lib, "cuCtxPushCurrent_v2", &g_cu.push);
-    cu_sym(lib, "cuCtxPopCurrent_v2", &g_cu.pop);
-    cu_sym(lib, "cuCtxSynchronize", &g_cu.sync);
-    cu_sym(lib, "cuThreadExchangeStreamCaptureMode", &g_cu.exchange_mode);
+    cu_sym("cuDeviceGet", &g_cu.dev_get);
+    cu_sym("cuDevicePrimaryCtxRetain", &g_cu.retain);
+    cu_sym("cuDevicePrimaryCtxRelease", &g_cu.release);
+    cu_sym("cuCtxPushCurrent", &g_cu.push);
+    cu_sym("cuCtxPopCurrent", &g_cu.pop);
+    cu_sym("cuCtxSynchronize", &g_cu.sync);
+    cu_sym("cuThreadExchangeStreamCaptureMode", &g_cu.exchange_mode);
 }
 
 static int is_cuda(const xseg_t *xs)
