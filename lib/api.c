@@ -194,7 +194,9 @@ xseg_status xseg_alloc(xseg_t *xs, size_t size, void *stream, void **out)
         xseg_hist(xs, XEV_ALLOC, (uintptr_t)*out, size, stream);
         xseg_shm(xs);
     } else if (st == XSEG_ERR_OOM) {
-        xdiag_oom_report(xs, size);
+        xseg_stats full = {.size = sizeof full};
+        xseg_fill_stats(xs, &full); /* quoted by the report */
+        xdiag_oom_report(xs, size, &full);
     }
     xlock_unlock(&xs->lock);
     return st;
@@ -213,6 +215,8 @@ xseg_status xseg_free(xseg_t *xs, void *ptr)
     xlock_lock(&xs->lock);
     xs->free_calls++;
     xseg_status st = xseg_free_locked(xs, (uintptr_t)ptr);
+    if (st == XSEG_OK)
+        xseg_shm(xs);
     xlock_unlock(&xs->lock);
     return st;
 }

@@ -1,7 +1,9 @@
 /* diag.c: diagnostics that walk the block list, next to it: why a pointer
  * is not live (interior pointer, double free, foreign pointer) and the
- * out-of-memory report (message, hint and callback).  Error paths only: a
- * linear walk is fine here.  Called with xs->lock held. */
+ * out-of-memory report (message, hint and callback; the caller fills the
+ * stats it quotes).  Error paths only: a linear walk is fine here.  Below
+ * the free core, which classifies bad frees here.  Called with xs->lock
+ * held. */
 #include <stdint.h>
 
 #include "internal.h"
@@ -72,12 +74,10 @@ static void oom_notify(xseg_t *xs, size_t size, const xseg_stats *st, size_t dev
     xs->oom_cb(&info, xs->oom_user);
 }
 
-xseg_status xdiag_oom_report(xseg_t *xs, size_t size)
+xseg_status xdiag_oom_report(xseg_t *xs, size_t size, const xseg_stats *stats)
 {
     char r[32], a[32], m[32], c[32], cp[32], l[32], f[32];
     size_t fr = 0, total = 0;
-    xseg_stats st = {.size = sizeof st};
-    xseg_fill_stats(xs, &st);
     xdrv_mem_info(xs, &fr, &total); /* counted (drv.c) */
     xs->ooms++;
     xseg_fail(xs, XSEG_ERR_OOM,
@@ -86,10 +86,10 @@ xseg_status xdiag_oom_report(xseg_t *xs, size_t size)
               xs->device, xseg_fmt_size(size, r, sizeof r), size,
               xseg_fmt_size(xs->allocated.cur, a, sizeof a),
               xseg_fmt_size(xs->mapped.cur, m, sizeof m),
-              xseg_fmt_size(st.cached_bytes.current, c, sizeof c),
+              xseg_fmt_size(stats->cached_bytes.current, c, sizeof c),
               xs->cap == SIZE_MAX ? "none" : xseg_fmt_size(xs->cap, cp, sizeof cp),
-              xseg_fmt_size(st.largest_free_block, l, sizeof l), xseg_fmt_size(fr, f, sizeof f),
+              xseg_fmt_size(stats->largest_free_block, l, sizeof l), xseg_fmt_size(fr, f, sizeof f),
               oom_hint(xs, size));
-    oom_notify(xs, size, &st, fr);
+    oom_notify(xs, size, stats, fr);
     return XSEG_ERR_OOM;
 }

@@ -49,8 +49,7 @@ xseg_status xseg_free_locked(xseg_t *xs, uintptr_t addr)
     if (!u)
         xseg_release_user(xs, addr, tag);
     xseg_hist(xs, XEV_FREE, addr, req, stream);
-    xseg_shm(xs);
-    return XSEG_OK;
+    return XSEG_OK; /* the caller publishes (xseg_shm) */
 }
 
 static int uses_done(xseg_t *xs, xuses *u, int block)

@@ -1,7 +1,10 @@
 /* internal.h: the allocator's data structures, shared by the lib/ files
- * that implement it.  Layering (see docs/design.md):
- *   api.c -> alloc.c -> {freeidx.c, small.c, streams.c, arena.c} -> driver
- * Everything here is protected by xseg_t.lock unless noted. */
+ * that implement it.  The files' layer order is declared once, in the
+ * layers block of docs/design.md (entry points, process and lifecycle,
+ * monitoring, thread caches, free core, diagnostics, small, blocks and
+ * streams, free index, arena, drv.c, backends, utilities); a file calls
+ * only its own layer and those below, and tools/ci/layers checks that on
+ * the built objects.  Everything here is protected by xseg_t.lock unless noted. */
 #ifndef XSEG_INTERNAL_H
 #define XSEG_INTERNAL_H
 
@@ -270,7 +273,8 @@ static inline size_t xseg_round_size(const xseg_t *xs, size_t size)
 }
 
 /* ---- free.c: the free core (xs->lock held) ---- */
-/* Global free of a live user address (not counted in free_calls). */
+/* Global free of a live user address (not counted in free_calls; the
+ * caller publishes to stats_shm). */
 xseg_status xseg_free_locked(xseg_t *xs, uintptr_t addr);
 /* Free a user address for real (after any pending uses completed). */
 void xseg_release_user(xseg_t *xs, uintptr_t addr, uintptr_t tag);
@@ -280,9 +284,9 @@ void xpending_process(xseg_t *xs, int block);
 /* ---- diag.c: diagnostics that walk the block list (xs->lock held) ---- */
 /* Why ptr is not live: foreign, interior or freed (the status and message). */
 xseg_status xdiag_bad_pointer(xseg_t *xs, const void *ptr, const char *what);
-/* Out-of-memory: counts it, sets the message with its hint, calls the
- * callback; returns XSEG_ERR_OOM. */
-xseg_status xdiag_oom_report(xseg_t *xs, size_t size);
+/* Out-of-memory: counts it, sets the message with its hint (quoting
+ * `stats`, filled by the caller), calls the callback; returns XSEG_ERR_OOM. */
+xseg_status xdiag_oom_report(xseg_t *xs, size_t size, const xseg_stats *stats);
 
 /* ---- monitoring hooks (history.c, shm.c), called with the lock held ---- */
 typedef enum xev_kind {

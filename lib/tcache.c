@@ -323,7 +323,7 @@ static void flush(xseg_t *xs, xtc *tc)
             tc->held_bytes -= e.rounded;
             cadd(&tc->held_b, -(int64_t)e.rounded);
             cadd(&tc->held_n, -1);
-            xseg_free_locked(xs, e.addr);
+            xseg_free_locked(xs, e.addr); /* no stats_shm with thread caches */
         }
         b->n = 0;
     }
