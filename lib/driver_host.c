@@ -256,7 +256,7 @@ static void register_atfork(void)
     pthread_atfork(g_lock_take, g_lock_give, g_lock_give);
 }
 
-/* Register the fork handler now (api.c's fork module needs it before its own). */
+/* Register the fork handler now (process.c's fork module needs it before its own). */
 void xhost_fork_init(void)
 {
     pthread_once(&g_atfork_once, register_atfork);

@@ -39,7 +39,7 @@ int xseg_host_is_accessible(void *ctx, uintptr_t va);
 uint64_t xseg_host_sync_count(void *ctx);
 
 /* Register the backend's fork handler (its counter lock held across fork())
- * if not yet done; api.c's fork module registers its own after it. */
+ * if not yet done; process.c's fork module registers its own after it. */
 void xhost_fork_init(void);
 
 #endif

@@ -221,7 +221,7 @@ __attribute__((destructor)) static void file_at_exit(void)
         unlink(g_file.path);
 }
 
-/* The file lock is held across fork() (api.c's fork module says the order),
+/* The file lock is held across fork() (process.c's fork module says the order),
  * so a child never inherits it taken by a thread that is not there. */
 void xshm_fork_lock(int take)
 {
