@@ -42,7 +42,8 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-int xseg_drv_count(xseg_t *xs, xseg_op op, int rc)
+/* Count a finished call of op (XDRV_NOT_READY is an answer, not a failure). */
+static int count_call(xseg_t *xs, xseg_op op, int rc)
 {
     xs->drv_calls[op]++;
     xs->drvb.calls_side[t_side]++;
@@ -69,7 +70,7 @@ static int fault_code(xseg_op op)
             rc_ = (call);                                           \
             (xs)->drvb.ns[t_side][op] += now_ns() - t0_;            \
         }                                                           \
-        return xseg_drv_count((xs), (op), rc_);                     \
+        return count_call((xs), (op), rc_);                     \
     } while (0)
 
 /* ---- debug checks: a shadow of the driver's mapped pages ---- */
@@ -177,7 +178,7 @@ int xdrv_reserve(xseg_t *xs, size_t size, uintptr_t *va)
         if (rc == XDRV_SUCCESS)
             shadow_open(xs, *va, size);
     }
-    return xseg_drv_count(xs, XSEG_OP_RESERVE, rc);
+    return count_call(xs, XSEG_OP_RESERVE, rc);
 }
 
 /* After a failed call the allocator tears down what it can, so the
@@ -195,7 +196,7 @@ int xdrv_address_free(xseg_t *xs, uintptr_t va, size_t size)
             shadow_close(xs);
 #endif
     }
-    return xseg_drv_count(xs, XSEG_OP_ADDRESS_FREE, rc);
+    return count_call(xs, XSEG_OP_ADDRESS_FREE, rc);
 }
 
 int xdrv_create(xseg_t *xs, size_t size, uint64_t *handle)
@@ -225,7 +226,7 @@ static int mapping_call(xseg_t *xs, xseg_op op, uintptr_t va, size_t size, uint6
         if (rc == XDRV_SUCCESS && op != XSEG_OP_SET_ACCESS)
             shadow_set(xs, va, size, op == XSEG_OP_MAP);
     }
-    return xseg_drv_count(xs, op, rc);
+    return count_call(xs, op, rc);
 }
 
 int xdrv_map(xseg_t *xs, uintptr_t va, size_t size, uint64_t handle)

@@ -370,9 +370,6 @@ static inline void xcnt_add(xcnt *c, uint64_t v)
 }
 static inline void xcnt_sub(xcnt *c, uint64_t v) { c->cur -= v; }
 
-/* ---- driver calls, counted (drv.c; call the xdrv_* functions of drv.h) ---- */
-int xseg_drv_count(xseg_t *xs, xseg_op op, int rc);
-
 /* ---- freeidx.c ---- */
 void xfi_init(xfreeidx *f);
 void xfi_insert(xfreeidx *f, xblock *b);
