@@ -157,6 +157,13 @@ XSEG_API xseg_status xseg_trim(xseg_t *xs, size_t keep, size_t *released);
 
 XSEG_API xseg_status xseg_get_stats(xseg_t *xs, xseg_stats *out);
 XSEG_API xseg_status xseg_reset_peak(xseg_t *xs);
+/* Walk the allocator's internal invariants under its lock (block list,
+ * free indexes, LRU, live map, slabs, page bitmap vs handle table,
+ * counters, thread-cache held bits): XSEG_OK, or XSEG_ERR_INTERNAL with
+ * xseg_last_error() naming the broken invariant and the block (address,
+ * size).  Linear in blocks and pages: for tests and debugging, in every
+ * build; changes nothing. */
+XSEG_API xseg_status xseg_check(xseg_t *xs);
 /* Render the stats as JSON into buf (NUL-terminated).  *len receives the
  * length needed without the NUL; XSEG_ERR_BUFFER_TOO_SMALL if cap is short. */
 XSEG_API xseg_status xseg_stats_json(xseg_t *xs, char *buf, size_t cap, size_t *len);

@@ -5,6 +5,7 @@
  * real workloads repeat the same sizes. */
 #include <string.h>
 
+#include "debug.h"
 #include "internal.h"
 
 #define XFI_SCAN 8
@@ -16,6 +17,11 @@ static inline void mapping(size_t size, unsigned *fl, unsigned *sl)
     *sl = f < XSEG_SL_BITS ? 0 : (unsigned)((size >> (f - XSEG_SL_BITS)) & (XSEG_SL_COUNT - 1));
 }
 
+void xfi_bucket(size_t size, unsigned *fl, unsigned *sl)
+{
+    mapping(size, fl, sl);
+}
+
 void xfi_init(xfreeidx *f)
 {
     memset(f, 0, sizeof *f);
@@ -24,8 +30,10 @@ void xfi_init(xfreeidx *f)
 void xfi_insert(xfreeidx *f, xblock *b)
 {
     unsigned fl, sl;
+    XSEG_ASSERT(b->size >= XSEG_MIN_BLOCK && !b->fprev && !b->fnext);
     mapping(b->size, &fl, &sl);
     xblock *h = f->heads[fl][sl];
+    XSEG_ASSERT(b != h);
     b->fprev = NULL;
     b->fnext = h;
     if (h)
@@ -41,6 +49,9 @@ void xfi_remove(xfreeidx *f, xblock *b)
 {
     unsigned fl, sl;
     mapping(b->size, &fl, &sl);
+    XSEG_ASSERT(f->count > 0 && f->bytes >= b->size);
+    XSEG_ASSERT(b->fprev ? b->fprev->fnext == b : f->heads[fl][sl] == b);
+    XSEG_ASSERT(!b->fnext || b->fnext->fprev == b);
     if (b->fprev)
         b->fprev->fnext = b->fnext;
     else
@@ -91,6 +102,7 @@ xblock *xfi_find(xfreeidx *f, size_t size, size_t max_size)
         sm = f->sl_bits[fl];
     }
     sl = (unsigned)__builtin_ctz(sm);
+    XSEG_ASSERT(f->heads[fl][sl] != NULL);
     return scan_bucket(f->heads[fl][sl], size, max_size);
 }
 

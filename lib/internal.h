@@ -376,6 +376,8 @@ void xfi_insert(xfreeidx *f, xblock *b);
 void xfi_remove(xfreeidx *f, xblock *b);
 xblock *xfi_find(xfreeidx *f, size_t size, size_t max_size);
 size_t xfi_largest(const xfreeidx *f);
+/* The bucket (first and second level) a block of `size` belongs in. */
+void xfi_bucket(size_t size, unsigned *fl, unsigned *sl);
 /* Up to `max` blocks from the largest buckets down (largest bucket first,
  * unordered within a bucket).  Off the hot path: growth only. */
 size_t xfi_top(const xfreeidx *f, xblock **out, size_t max);

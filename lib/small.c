@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "debug.h"
 #include "internal.h"
 
 #define SLAB_MIN (64u << 10)
@@ -60,6 +61,7 @@ static void unlink_slab(xslab *sl)
 static void link_slab(xslab *sl)
 {
     xstream *s = sl->owner;
+    XSEG_ASSERT(!sl->listed && sl->nfree > 0);
     sl->prev = NULL;
     sl->next = s->partial[sl->cls];
     if (sl->next)
@@ -72,6 +74,7 @@ static void link_slab(xslab *sl)
  * freed while the allocator lives (thread caches may read its gen words). */
 static void slab_destroy(xseg_t *xs, xslab *sl)
 {
+    XSEG_ASSERT(sl->nfree == sl->nslots && sl->blk->slab == sl);
     unlink_slab(sl);
     xblock *b = sl->blk;
     b->slab = NULL;
@@ -144,6 +147,7 @@ xseg_status xsmall_alloc(xseg_t *xs, xstream *s, int cls, size_t size, void **ou
             return st;
     }
     uint32_t slot = sl->free_head;
+    XSEG_ASSERT(sl->listed && sl->nfree > 0 && slot < sl->nslots && !sl->req[slot]);
     uintptr_t addr = sl->blk->addr + (uintptr_t)slot * sl->slot_size;
     if (xseg_ptrmap_put(&xs->live, addr, (uintptr_t)sl | 1) != 0)
         return xseg_fail(xs, XSEG_ERR_OOM, "xseg: no host memory to track an allocation");
@@ -158,6 +162,8 @@ xseg_status xsmall_alloc(xseg_t *xs, xstream *s, int cls, size_t size, void **ou
 void xsmall_free(xseg_t *xs, xslab *sl, uintptr_t addr)
 {
     uint32_t slot = (uint32_t)((addr - sl->blk->addr) / sl->slot_size);
+    XSEG_ASSERT((addr - sl->blk->addr) % sl->slot_size == 0 && slot < sl->nslots);
+    XSEG_ASSERT(sl->nfree < sl->nslots && sl->req[slot] != 0);
     sl->req[slot] = 0;
     sl->next_free[slot] = sl->free_head;
     sl->free_head = slot;

@@ -4,8 +4,10 @@
 #define XSEG_SUPPORT_COMMON_H
 
 #include <check.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "xseg.h"
 
@@ -29,5 +31,35 @@ int t_faults(const void *p);
 
 /* Run a Check suite with CK_NORMAL output; returns the process exit code. */
 int t_run(Suite *s);
+
+/* xseg_check after an operation, when checking is on: in debug builds
+ * (XSEG_DEBUG, the tools/ci/debug stage) or with XSEG_TEST_CHECK=1 in the
+ * environment.  T_CHECK asserts XSEG_OK; t_check_failed gives the broken
+ * invariant's message ("" when fine or off) for suites that collect
+ * violations instead of asserting. */
+static inline int t_checking(void)
+{
+#ifdef XSEG_DEBUG
+    return 1;
+#else
+    static _Atomic int on = -1;
+    int v = atomic_load_explicit(&on, memory_order_relaxed);
+    if (v < 0) {
+        const char *e = getenv("XSEG_TEST_CHECK");
+        v = e && e[0] == '1' && !e[1];
+        atomic_store_explicit(&on, v, memory_order_relaxed);
+    }
+    return v;
+#endif
+}
+static inline const char *t_check_failed(xseg_t *xs)
+{
+    return t_checking() && xseg_check(xs) != XSEG_OK ? xseg_last_error() : "";
+}
+#define T_CHECK(xs)                                                                  \
+    do {                                                                             \
+        if (t_checking())                                                            \
+            ck_assert_msg(xseg_check(xs) == XSEG_OK, "%s", xseg_last_error());      \
+    } while (0)
 
 #endif

@@ -6,13 +6,15 @@
  * a clear error, the allocator's books match the driver's, the allocator
  * still works, everything cached can be trimmed, destroy gives everything
  * back (nothing left in the driver at fini) and the process-wide host
- * counters return to their baseline.  Prints the number of points. */
+ * counters return to their baseline; with checking on (tools/ci/debug),
+ * xseg_check passes after every operation.  Prints the number of points. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
+#include "support_common.h"
 #include "support_fault.h"
 
 #define KIB ((size_t)1 << 10)
@@ -50,6 +52,15 @@ static void violation(run *r, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(r->why, sizeof r->why, fmt, ap);
     va_end(ap);
+}
+
+/* The allocator's invariants after an operation (xseg_check, when checking
+ * is on: tools/ci/debug), injected failures included. */
+static void verify(run *r, const char *after)
+{
+    const char *m = t_check_failed(r->xs);
+    if (*m)
+        violation(r, "xseg_check after %s: %s", after, m);
 }
 
 /* A failing call must say why; a driver error must name the code. */
@@ -106,6 +117,7 @@ static void *r_alloc(run *r, size_t size, void *stream, int expect)
     void *p = NULL;
     xseg_status st = xseg_alloc(r->xs, size, stream, &p);
     check_error(r, "xseg_alloc", st);
+    verify(r, "xseg_alloc");
     if (st != XSEG_OK && st != XSEG_ERR_OOM && st != XSEG_ERR_DRIVER)
         violation(r, "xseg_alloc(%zu) returned %s", size, xseg_strerror(st));
     if (r->clean && expect == OK && st != XSEG_OK)
@@ -135,6 +147,7 @@ static void r_free(run *r, void *p)
     if (st != XSEG_OK)
         violation(r, "xseg_free(%p) of a live block returned %s: %s", p, xseg_strerror(st),
                   xseg_last_error());
+    verify(r, "xseg_free");
     r->p[i] = NULL;
 }
 
@@ -150,6 +163,7 @@ static void r_record(run *r, void *p, void *stream)
         return;
     xseg_status st = xseg_record_stream(r->xs, p, stream);
     check_error(r, "xseg_record_stream", st);
+    verify(r, "xseg_record_stream");
     if (st != XSEG_OK && st != XSEG_ERR_OOM)
         violation(r, "xseg_record_stream returned %s", xseg_strerror(st));
 }
@@ -159,6 +173,7 @@ static void r_trim(run *r, size_t keep)
     size_t rel = 0;
     xseg_status st = xseg_trim(r->xs, keep, &rel);
     check_error(r, "xseg_trim", st);
+    verify(r, "xseg_trim");
     if (st != XSEG_OK && st != XSEG_ERR_DRIVER)
         violation(r, "xseg_trim returned %s", xseg_strerror(st));
 }
@@ -167,6 +182,7 @@ static void r_hold(run *r, int stream, int on)
 {
     xseg_host_hold_stream(r->xs->dctx, S(stream), on);
     r->held[stream] = on;
+    verify(r, "a stream held or let go");
 }
 
 static void r_stats(run *r)
@@ -407,6 +423,7 @@ static void check_books(run *r, const char *when)
                   "the driver holds %s", when, (unsigned long long)st.mapped_bytes.current,
                   (unsigned long long)st.handles.current, (unsigned long long)st.segments.current,
                   counts_str(&c, b, sizeof b));
+    verify(r, when);
 }
 
 /* Fresh allocations of every kind work once the driver behaves. */

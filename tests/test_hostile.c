@@ -4,7 +4,8 @@
  * of the virtual range; exact-size output buffers (an overflow trips the
  * sanitizers); NULLs and bogus values on every entry point.  Each never
  * crashes, reports a clear status and message, and leaves the allocator's
- * state and data as they were.  Prints how many bad inputs were tried.
+ * state and data as they were (with checking on, xseg_check after every
+ * operation: tools/ci/debug).  Prints how many bad inputs were tried.
  * (Malformed trace files for xseg-replay: test_hostile_trace.c.) */
 #include <check.h>
 #include <limits.h>
@@ -160,11 +161,17 @@ static void exercise(xseg_t *xs, const char *conf)
     ck_assert_msg(st == XSEG_OK || st == XSEG_ERR_OOM || st == XSEG_ERR_VA_EXHAUSTED ||
                   (tiny && st == XSEG_ERR_SIZE), "conf \"%s\": alloc: %s", conf,
                   xseg_last_error());
-    if (xseg_alloc(xs, 3 * MiB, (void *)1, &q) == XSEG_OK)
+    T_CHECK(xs);
+    if (xseg_alloc(xs, 3 * MiB, (void *)1, &q) == XSEG_OK) {
+        T_CHECK(xs);
         ck_assert_int_eq(xseg_free(xs, q), XSEG_OK);
+    }
+    T_CHECK(xs);
     if (p)
         ck_assert_int_eq(xseg_free(xs, p), XSEG_OK);
+    T_CHECK(xs);
     ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    T_CHECK(xs);
 }
 
 START_TEST(generated_confs)
@@ -316,6 +323,7 @@ START_TEST(random_bad_frees)
             m_free(&m, i);
         else
             m_alloc(&m, i);
+        T_CHECK(m.xs);
         if (k % 1000 == 0)
             check_books(&m);
     }
@@ -353,7 +361,9 @@ START_TEST(sizes_at_the_limits)
     ck_assert_msg(st == XSEG_ERR_VA_EXHAUSTED || st == XSEG_ERR_OOM, "%s", xseg_last_error());
     ck_assert_ptr_null(q);
     ck_assert_str_ne(xseg_last_error(), "");
+    T_CHECK(xs);
     ck_assert_int_eq(xseg_free(xs, p), XSEG_OK);
+    T_CHECK(xs);
     static const size_t small[] = {1, 2, 511, 512, 513, 4095, 4096, 4097, 65535, 65536, 65537};
     for (size_t i = 0; i < sizeof small / sizeof small[0]; i++) {
         ck_assert_int_eq(xseg_alloc(xs, small[i], (void *)(uintptr_t)i, &p), XSEG_OK);
@@ -363,7 +373,9 @@ START_TEST(sizes_at_the_limits)
         ck_assert_uint_eq(req, small[i]);
         ck_assert_uint_ge(r, small[i]);
         ck_assert(t_check(p, small[i], (uint32_t)i));
+        T_CHECK(xs);
         ck_assert_int_eq(xseg_free(xs, p), XSEG_OK);
+        T_CHECK(xs);
     }
     ck_assert_int_eq(xseg_alloc(xs, 0, NULL, &p), XSEG_ERR_INVALID_ARG);
     xseg_destroy(xs);
@@ -410,6 +422,7 @@ START_TEST(output_buffers)
     every_cap(xs, xseg_stats_prometheus, "xseg_stats_prometheus");
     every_cap(xs, xseg_snapshot_json, "xseg_snapshot_json");
     every_cap(xs, xseg_history_json, "xseg_history_json");
+    T_CHECK(xs);
     /* A stats struct shorter than today's: only `size` bytes are written. */
     uint32_t *small = malloc(8);
     small[0] = 8;
@@ -459,7 +472,9 @@ START_TEST(nulls_and_bogus_values)
     ck_assert_int_eq(xseg_record_stream(xs, p, (void *)UINTPTR_MAX), XSEG_OK);
     ck_assert_int_eq(xseg_record_stream(xs, p, NULL), XSEG_OK);
     ck_assert_int_eq(xseg_free(xs, p), XSEG_OK);
+    T_CHECK(xs);
     ck_assert_int_eq(xseg_record_stream(xs, p, NULL), XSEG_ERR_DOUBLE_FREE);
+    T_CHECK(xs);
     ck_assert_str_eq(xseg_op_name((xseg_op)-1), "unknown");
     ck_assert_str_eq(xseg_strerror((xseg_status)-1), "unknown status");
     xseg_destroy(xs);

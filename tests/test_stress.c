@@ -2,6 +2,7 @@
  * read stats on one allocator at once; every block carries a pattern that
  * is checked before it is freed, so overlapping blocks are caught. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "support_common.h"
@@ -13,7 +14,19 @@ typedef struct worker {
     unsigned seed;
     int id;
     long bad;
+    char why[512];        /* first xseg_check failure (checking on) */
 } worker;
+
+/* The allocator's invariants after an operation (when checking is on). */
+static void verify(worker *w)
+{
+    const char *m = t_check_failed(w->xs);
+    if (!*m)
+        return;
+    if (!w->why[0])
+        snprintf(w->why, sizeof w->why, "%s", m);
+    w->bad++;
+}
 
 static size_t pick_size(unsigned *seed)
 {
@@ -55,8 +68,11 @@ static void *run(void *arg)
     size_t n[SLOTS] = {0};
     for (int k = 0; k < OPS; k++) {
         one_op(w, p, n, rand_r(&w->seed) % SLOTS);
-        if (k % 997 == 0)
+        verify(w);
+        if (k % 997 == 0) {
             xseg_trim(w->xs, (size_t)(rand_r(&w->seed) % 64) * MiB, NULL);
+            verify(w);
+        }
         if (k % 101 == 0) {
             xseg_stats s = {.size = sizeof s};
             if (xseg_get_stats(w->xs, &s) != XSEG_OK || s.mapped_bytes.current < s.allocated_bytes.current / 2)
@@ -75,20 +91,23 @@ START_TEST(threads_keep_data_intact)
     pthread_t th[THREADS];
     worker w[THREADS];
     for (int i = 0; i < THREADS; i++) {
-        w[i] = (worker){xs, 1234u + (unsigned)i, i, 0};
+        w[i] = (worker){.xs = xs, .seed = 1234u + (unsigned)i, .id = i};
         pthread_create(&th[i], NULL, run, &w[i]);
     }
     long bad = 0;
     for (int i = 0; i < THREADS; i++) {
         pthread_join(th[i], NULL);
         bad += w[i].bad;
+        ck_assert_msg(!w[i].why[0], "thread %d: %s", i, w[i].why);
     }
     ck_assert_int_eq(bad, 0);
+    T_CHECK(xs);
     xseg_stats s = t_stats(xs);
     ck_assert_uint_eq(s.active_blocks.current, 0);
     ck_assert_uint_eq(s.allocated_bytes.current, 0);
     ck_assert_uint_ge(s.alloc_calls, THREADS * OPS / 3);
     ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    T_CHECK(xs);
     ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
     xseg_destroy(xs);
 }

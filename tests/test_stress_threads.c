@@ -56,6 +56,13 @@ static void bad(shared *sh, const char *what)
     atomic_fetch_add(&sh->bad, 1);
 }
 
+/* The allocator's invariants after an operation (when checking is on). */
+static void verify(shared *sh)
+{
+    if (*t_check_failed(sh->xs))
+        bad(sh, "xseg_check");
+}
+
 static size_t pick_size(unsigned *seed)
 {
     unsigned r = (unsigned)rand_r(seed);
@@ -162,9 +169,12 @@ static void *work(void *arg)
 {
     worker *w = arg;
     while (!atomic_load_explicit(&w->sh->stop, memory_order_relaxed)) {
-        for (int k = 0; k < 64; k++)
+        for (int k = 0; k < 64; k++) {
             do_slot(w);
+            verify(w->sh);
+        }
         do_misc(w);
+        verify(w->sh);
     }
     return NULL;
 }
@@ -220,7 +230,9 @@ static void run_phase(const char *conf, size_t cap, double seconds, int nthreads
     xseg_stats s = t_stats(sh->xs);
     ck_assert_uint_eq(s.active_blocks.current, 0);
     ck_assert_uint_eq(s.allocated_bytes.current, 0);
+    T_CHECK(sh->xs);
     ck_assert_int_eq(xseg_trim(sh->xs, 0, NULL), XSEG_OK);
+    T_CHECK(sh->xs);
     ck_assert_uint_eq(t_stats(sh->xs).mapped_bytes.current, 0);
     ck_assert_int_eq(xseg_destroy(sh->xs), XSEG_OK);
     free(th);

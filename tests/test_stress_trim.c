@@ -112,11 +112,22 @@ static void note_bad(worker *w, xseg_status st, const char *op)
     }
 }
 
+/* The allocator's invariants after an operation (when checking is on). */
+static void verify(worker *w, const char *op)
+{
+    const char *m = t_check_failed(w->xs);
+    if (*m && !w->bad) {
+        w->bad = XSEG_ERR_INTERNAL;
+        snprintf(w->what, sizeof w->what, "xseg_check after %s: %s", op, m);
+    }
+}
+
 static void drop(worker *w, void **live, int *n, int i)
 {
     xseg_status st = xseg_free(w->xs, live[i]);
     if (st != XSEG_OK)
         note_bad(w, st, "free");
+    verify(w, "free");
     w->frees++;
     live[i] = live[--*n];
 }
@@ -130,6 +141,7 @@ static void step(worker *w, void **live, int *n)
         xseg_status st = xseg_trim(w->xs, (size_t)(rand_r(&w->seed) % 4) * 8 * MiB, NULL);
         if (st != XSEG_OK)
             note_bad(w, st, "trim");
+        verify(w, "trim");
         w->trims++;
     } else if (*n && (*n == LIVE || r % 2)) {
         int i = rand_r(&w->seed) % *n;
@@ -152,6 +164,7 @@ static void step(worker *w, void **live, int *n)
         } else {
             note_bad(w, st, "alloc");
         }
+        verify(w, "alloc");
     }
 }
 
@@ -198,7 +211,9 @@ static size_t round_of(xseg_t *xs, unsigned seed, int *oom, char *msg, size_t le
     pthread_barrier_destroy(&bar);
     xseg_stats s = t_stats(xs);
     ck_assert_uint_eq(s.allocated_bytes.current, 0);
+    T_CHECK(xs);
     ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    T_CHECK(xs);
     size_t left = t_stats(xs).mapped_bytes.current;
     /* The whole cap again, in four blocks on four streams. */
     void *p[4] = {NULL};
@@ -214,6 +229,7 @@ static size_t round_of(xseg_t *xs, unsigned seed, int *oom, char *msg, size_t le
         if (p[i])
             ck_assert_int_eq(xseg_free(xs, p[i]), XSEG_OK);
     ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    T_CHECK(xs);
     return left;
 }
 
