@@ -649,8 +649,8 @@ static xseg_status walk(xseg_t *xs)
 {
     ck c = {.xs = xs, .st = XSEG_ERR_INTERNAL};
     int ok = ck_streams(&c) && ck_block_list(&c) && ck_indexes(&c) && ck_lru(&c) &&
-             ck_moved(&c) && ck_live(&c) && ck_in_use(&c) && ck_slabs(&c) && ck_pages(&c) &&
-             ck_block_pages(&c) && ck_counters(&c);
+             ck_moved(&c) && ck_live(&c) && ck_in_use(&c) && ck_slabs(&c) &&
+             ck_block_pages(&c) && ck_pages(&c) && ck_counters(&c);
     clear_marks(xs);
     free(c.streams);
     return ok && !c.failed ? XSEG_OK : c.st;
