@@ -100,7 +100,7 @@ static void escalate(xseg_t *xs, unsigned attempt)
     xs->retries++;
     xtc_flush_all(xs);
     xpending_process(xs, attempt >= 2);
-    xsmall_drop_empty(xs);
+    xseg_drop_empty_slabs(xs);
     xseg_reclaim(xs, SIZE_MAX, 1);
 }
 
@@ -250,7 +250,7 @@ xseg_status xseg_stream_retire(xseg_t *xs, void *stream)
     uintptr_t v;
     xlock_lock(&xs->lock);
     if (xseg_ptrmap_get(&xs->streams, (uintptr_t)stream, &v))
-        xstream_retire(xs, (xstream *)v);
+        xseg_retire_stream(xs, (xstream *)v);
     xlock_unlock(&xs->lock);
     return XSEG_OK;
 }
@@ -288,7 +288,7 @@ xseg_status xseg_trim(xseg_t *xs, size_t keep, size_t *released)
     xtc_flush_all(xs);
     xpending_process(xs, 1);
     xblk_moved_process(xs, 1);
-    xsmall_drop_empty(xs);
+    xseg_drop_empty_slabs(xs);
     xarena_release_orphans(xs); /* handles whose release failed before */
     size_t cached = xs->mapped.cur > xs->allocated.cur ? xs->mapped.cur - xs->allocated.cur : 0;
     if (cached > keep)

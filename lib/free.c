@@ -1,8 +1,10 @@
 /* free.c: the free core, below the entry points (api.c) and the thread
  * caches (tcache.c), above the block allocator, the slabs and the streams:
  * the global free of a live user address, the release of a user block or
- * slot once its stream uses are done, and the processing of the deferred
- * frees waiting on record_stream events.  Called with xs->lock held. */
+ * slot once its stream uses are done, the processing of the deferred frees
+ * waiting on record_stream events, and what a retired stream gives back
+ * (its cached blocks and empty slabs become everyone's; its state is freed
+ * once nothing refers to it).  Called with xs->lock held. */
 #include <stdlib.h>
 
 #include "internal.h"
@@ -80,4 +82,41 @@ void xpending_process(xseg_t *xs, int block)
         xseg_release_user(xs, addr, tag);
     }
     xs->pend_tail = last;
+}
+
+/* ---- retired streams: blocks and slabs, around the stream side ---- */
+
+/* A gone stream's work is complete: its event goes, its cached blocks and
+ * empty slabs become everyone's, its uses are forgotten. */
+static void settle(xseg_t *xs, xstream *s)
+{
+    xstream_settle_begin(xs, s);
+    xblk_neutralize(xs, s);
+    xsmall_drop_stream(xs, s);
+    xstream_settle_end(xs, s);
+}
+
+void xseg_collect_streams(xseg_t *xs, int block)
+{
+    for (xstream *g = xs->gone_streams; g; g = g->next_all)
+        if (!g->retired && xstream_done(xs, g, g->epoch, block))
+            settle(xs, g);
+    xstreams_sweep(xs);
+}
+
+void xseg_retire_stream(xseg_t *xs, xstream *s)
+{
+    if (xstream_retire_begin(xs, s))
+        settle(xs, s);
+    if (xs->ngone >= 2 * xs->gone_floor + 16)
+        xseg_collect_streams(xs, 0);
+}
+
+/* Retired streams are settled and collected first (waiting for their
+ * retire-time events): their slabs are already gone then. */
+void xseg_drop_empty_slabs(xseg_t *xs)
+{
+    xseg_collect_streams(xs, 1);
+    for (xstream *s = xs->all_streams; s; s = s->next_all)
+        xsmall_drop_stream(xs, s);
 }

@@ -280,6 +280,14 @@ xseg_status xseg_free_locked(xseg_t *xs, uintptr_t addr);
 void xseg_release_user(xseg_t *xs, uintptr_t addr, uintptr_t tag);
 /* Complete pending frees whose events are done (all, waiting, if block). */
 void xpending_process(xseg_t *xs, int block);
+/* xseg_stream_retire: wait, detach, settle; collect gone states now and
+ * then. */
+void xseg_retire_stream(xseg_t *xs, xstream *s);
+/* Settle gone streams whose work is done (waiting if block), then free the
+ * states nothing refers to. */
+void xseg_collect_streams(xseg_t *xs, int block);
+/* Release every empty slab (trim, the retry ladder). */
+void xseg_drop_empty_slabs(xseg_t *xs);
 
 /* ---- diag.c: diagnostics that walk the block list (xs->lock held) ---- */
 /* Why ptr is not live: foreign, interior or freed (the status and message). */
@@ -417,11 +425,15 @@ xstream *xstream_get(xseg_t *xs, void *handle);
 /* 1 when the GPU is done with work on s up to `epoch`; waits if `block`. */
 int xstream_done(xseg_t *xs, xstream *s, uint64_t epoch, int block);
 void xstreams_fini(xseg_t *xs, int call_driver);
-/* Wait for the stream's work, then detach it (xseg_stream_retire). */
-void xstream_retire(xseg_t *xs, xstream *s);
-/* Free the states of retired streams nothing refers to any more (waits for
- * their retire-time events if `block`). */
-void xstreams_collect(xseg_t *xs, int block);
+/* Wait for the stream's work, then detach it (xseg_stream_retire); returns
+ * 1 when it is to be settled now (free.c). */
+int xstream_retire_begin(xseg_t *xs, xstream *s);
+/* The stream side of settling a gone stream whose work is done, before
+ * (event) and after (uses, moved blocks) free.c gives its blocks back. */
+void xstream_settle_begin(xseg_t *xs, xstream *s);
+void xstream_settle_end(xseg_t *xs, xstream *s);
+/* Free the states of gone streams nothing refers to any more. */
+void xstreams_sweep(xseg_t *xs);
 /* Stream states held: live streams plus retired ones not yet freed. */
 size_t xstreams_count(const xseg_t *xs);
 xseg_status xuses_add(xseg_t *xs, uintptr_t addr, xstream *s);
@@ -452,8 +464,6 @@ static inline int xsmall_class(const xseg_t *xs, size_t size)
 }
 xseg_status xsmall_alloc(xseg_t *xs, xstream *s, int cls, size_t size, void **out);
 void xsmall_free(xseg_t *xs, xslab *slab, uintptr_t addr);
-/* Release every empty slab (trim). */
-void xsmall_drop_empty(xseg_t *xs);
 /* Release the empty slabs of a retired stream whose work is done. */
 void xsmall_drop_stream(xseg_t *xs, xstream *s);
 

@@ -195,14 +195,6 @@ void xsmall_drop_stream(xseg_t *xs, xstream *s)
     }
 }
 
-/* Retired streams are settled and collected first (waiting for their
- * retire-time events): their slabs are already gone then. */
-void xsmall_drop_empty(xseg_t *xs)
-{
-    xstreams_collect(xs, 1);
-    for (xstream *s = xs->all_streams; s; s = s->next_all)
-        xsmall_drop_stream(xs, s);
-}
 
 static void free_slab_meta(xslab *sl)
 {

@@ -9,8 +9,11 @@
  * on its uses are complete, its cached blocks and empty slabs are free space
  * of every stream, and its state moves to xs->gone_streams until nothing
  * refers to it (live blocks and slabs allocated on it, record_stream uses),
- * when xstreams_collect frees it.  If that wait fails, the event recorded at
- * retire is kept and waited on (it names no stream) before any of that. */
+ * when xstreams_sweep frees it.  If that wait fails, the event recorded at
+ * retire is kept and waited on (it names no stream) before any of that.
+ * The order of those steps, which also touches blocks and slabs, is free.c's
+ * (xseg_retire_stream, xseg_collect_streams); this file does the stream
+ * side of each. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -174,15 +177,18 @@ static void forget_uses(xseg_t *xs, xstream *s)
         uses_drop(p->uses, s); /* an empty one completes at the next pass */
 }
 
-/* A gone stream's work is complete: its event goes, its cached blocks and
- * empty slabs become everyone's, its uses are forgotten. */
-static void settle(xseg_t *xs, xstream *s)
+/* A gone stream's work is complete (free.c's settle, in two halves around
+ * its blocks and slabs): its event goes; then its uses are forgotten and
+ * moved blocks stop naming it. */
+void xstream_settle_begin(xseg_t *xs, xstream *s)
 {
     s->retired = 1;
     s->done = s->epoch;
     destroy_event(xs, s);
-    xblk_neutralize(xs, s);
-    xsmall_drop_stream(xs, s);
+}
+
+void xstream_settle_end(xseg_t *xs, xstream *s)
+{
     forget_uses(xs, s);
     for (xblock *z = xs->moved; z; z = z->lnext)
         if (z->owner == s)
@@ -201,7 +207,7 @@ static void unlink_live(xseg_t *xs, xstream *s)
     xs->ngone++;
 }
 
-void xstream_retire(xseg_t *xs, xstream *s)
+int xstream_retire_begin(xseg_t *xs, xstream *s)
 {
     int done = retire_wait(xs, s);
     /* Not done, but the event recorded at retire covers all its work. */
@@ -213,10 +219,7 @@ void xstream_retire(xseg_t *xs, xstream *s)
     unlink_live(xs, s);
     if (waiting)
         s->epoch = s->ev_epoch; /* later frees on s wait for that event */
-    else
-        settle(xs, s); /* done, or nothing left to wait on */
-    if (xs->ngone >= 2 * xs->gone_floor + 16)
-        xstreams_collect(xs, 0);
+    return !waiting; /* done, or nothing left to wait on: settle now */
 }
 
 static void mark_uses(xuses *u)
@@ -250,11 +253,8 @@ static void mark_gone(xseg_t *xs)
         mark_uses(p->uses);
 }
 
-void xstreams_collect(xseg_t *xs, int block)
+void xstreams_sweep(xseg_t *xs)
 {
-    for (xstream *g = xs->gone_streams; g; g = g->next_all)
-        if (!g->retired && xstream_done(xs, g, g->epoch, block))
-            settle(xs, g);
     mark_gone(xs);
     for (xstream **pp = &xs->gone_streams; *pp;) {
         xstream *g = *pp;
