@@ -7,11 +7,7 @@
 #include <stdlib.h>
 
 #include "internal.h"
-
-const char *xseg_version(void)
-{
-    return XSEG_VERSION_STRING;
-}
+#include "textbuf.h"
 
 const char *xseg_backend_name(const xseg_t *xs)
 {
@@ -344,5 +340,26 @@ xseg_status xseg_stats_json(xseg_t *xs, char *buf, size_t cap, size_t *len)
     if (n + 1 > cap)
         return xseg_fail(xs, XSEG_ERR_BUFFER_TOO_SMALL,
                          "xseg_stats_json: %zu bytes needed, buffer has %zu", n + 1, cap);
+    return XSEG_OK;
+}
+
+xseg_status xseg_history_json(xseg_t *xs, char *buf, size_t cap, size_t *len)
+{
+    CHECK_XS(xs);
+    if (!buf && cap)
+        return xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_history_json: buf is NULL");
+    if (!xs->hist)
+        return xseg_fail(xs, XSEG_ERR_INVALID_ARG,
+                         "xseg_history_json: history is off for device %d; "
+                         "create the allocator with history:N", xs->device);
+    xtb b = {buf, cap, 0};
+    xlock_lock(&xs->lock);
+    xseg_hist_render(xs, xdrv_name(xs), &b);
+    xlock_unlock(&xs->lock);
+    if (len)
+        *len = b.len;
+    if (b.len + 1 > cap)
+        return xseg_fail(xs, XSEG_ERR_BUFFER_TOO_SMALL,
+                         "xseg_history_json: %zu bytes needed, buffer has %zu", b.len + 1, cap);
     return XSEG_OK;
 }

@@ -82,42 +82,18 @@ static void render_event(xtb *b, const xhent *e, uint64_t seq, int last)
          (unsigned long long)e->mapped, last ? "" : ",");
 }
 
-static void render(const xseg_t *xs, xtb *b)
+void xseg_hist_render(const xseg_t *xs, const char *backend, xtb *b)
 {
     const xhist *h = xs->hist;
     uint64_t n = h->count < h->cap ? h->count : h->cap, first = h->count - n;
     xtb_put(b, "{\"version\":1,\"device\":%d,\"backend\":\"%s\",\"capacity\":%llu,"
             "\"recorded\":%llu,\"dropped\":%llu,\"start_unix_ns\":%llu,\"page_size\":%zu,"
             "\"cap\":%llu,\"live\":%llu,\"mapped\":%llu,\"events\":[\n",
-         xs->device, xdrv_name(xs), (unsigned long long)h->cap, (unsigned long long)h->count,
+         xs->device, backend, (unsigned long long)h->cap, (unsigned long long)h->count,
          (unsigned long long)first, (unsigned long long)h->t0_real, xs->arena.page,
          (unsigned long long)(xs->cap == SIZE_MAX ? 0 : xs->cap),
          (unsigned long long)xs->allocated.cur, (unsigned long long)xs->mapped.cur);
     for (uint64_t i = first; i < h->count; i++)
         render_event(b, &h->e[i % h->cap], i, i + 1 == h->count);
     xtb_put(b, "]}");
-}
-
-xseg_status xseg_history_json(xseg_t *xs, char *buf, size_t cap, size_t *len)
-{
-    if (!xs)
-        return xseg_fail(NULL, XSEG_ERR_INVALID_ARG, "xseg_history_json: allocator is NULL");
-    if (xseg_check_fork(xs, "xseg_history_json") != XSEG_OK)
-        return XSEG_ERR_FORKED;
-    if (!buf && cap)
-        return xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_history_json: buf is NULL");
-    if (!xs->hist)
-        return xseg_fail(xs, XSEG_ERR_INVALID_ARG,
-                         "xseg_history_json: history is off for device %d; "
-                         "create the allocator with history:N", xs->device);
-    xtb b = {buf, cap, 0};
-    xlock_lock(&xs->lock);
-    render(xs, &b);
-    xlock_unlock(&xs->lock);
-    if (len)
-        *len = b.len;
-    if (b.len + 1 > cap)
-        return xseg_fail(xs, XSEG_ERR_BUFFER_TOO_SMALL,
-                         "xseg_history_json: %zu bytes needed, buffer has %zu", b.len + 1, cap);
-    return XSEG_OK;
 }

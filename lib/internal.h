@@ -318,6 +318,9 @@ xseg_status xseg_monitor_init(xseg_t *xs);
 void xseg_monitor_fini(xseg_t *xs);
 xseg_status xseg_hist_init(xseg_t *xs);
 void xseg_hist_fini(xseg_t *xs);
+/* The history as JSON (the body of xseg_history_json), with the lock held. */
+struct xtb;
+void xseg_hist_render(const xseg_t *xs, const char *backend, struct xtb *b);
 
 /* ---- process.c: process-wide state ---- */
 #define XSEG_MAX_DEVICES 64 /* default allocators: devices 0..63 */
