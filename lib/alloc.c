@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "debug.h"
 #include "internal.h"
 
 /* ---- block records ---- */
@@ -115,6 +116,8 @@ static int mergeable(const xblock *a, const xblock *b)
 /* Merge free block n into its free predecessor p (p survives). */
 static void absorb(xseg_t *xs, xblock *p, xblock *n)
 {
+    XSEG_ASSERT(p->anext == n && n->aprev == p && p->addr + p->size == n->addr);
+    XSEG_ASSERT((p->flags & n->flags & XB_FREE) && p->owner == n->owner);
     int in_lru = (p->flags | n->flags) & XB_LRU;
     free_remove(xs, p);
     free_remove(xs, n);
@@ -301,6 +304,7 @@ static uintptr_t place(const xseg_t *xs, const xblock *b, size_t size)
 /* Take `size` bytes from free block b (at its placement) for owner s. */
 static xblock *carve_at(xseg_t *xs, xblock *b, uintptr_t at, size_t size, xstream *s)
 {
+    XSEG_ASSERT((b->flags & XB_FREE) && at >= b->addr && at + size <= b->addr + b->size);
     if (at != b->addr)
         b = split_front(xs, b, at);
     free_remove(xs, b);
@@ -873,6 +877,7 @@ void xblk_neutralize(xseg_t *xs, xstream *s)
 
 void xblk_free(xseg_t *xs, xblock *b)
 {
+    XSEG_ASSERT(!(b->flags & (XB_FREE | XB_LRU | XB_MOVED)) && xs->arena_used >= b->size);
     xs->arena_used -= b->size;
     if (b->owner && b->owner->retired)
         b->owner = NULL; /* its stream's work is known to be done */
