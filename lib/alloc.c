@@ -828,13 +828,14 @@ static xseg_status ensure_mapped(xseg_t *xs, xblock *b, size_t request)
 static xblock *find_after_flush(xseg_t *xs, xfit *f)
 {
     xblock *b = f->block;
-    if (!xs->tc_on || xarena_all_mapped(xs, b->addr, b->addr + b->size) || !xtc_held_any(xs))
+    if (!xs->tc_on || xarena_all_mapped(xs, b->addr, b->addr + b->size) || !xs->shrinker.held ||
+        !xs->shrinker.held(xs))
         return b;
     if (!f->from)
         b->owner = NULL; /* it came from neutral space */
     b->epoch = f->from ? f->epoch : 0; /* what its old contents wait for, on its owner */
     coalesce(xs, b, 1);
-    xtc_flush_all(xs);
+    xs->shrinker.flush(xs);
     return find_block(xs, f);
 }
 

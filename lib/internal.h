@@ -194,6 +194,14 @@ struct xseg {
     uint64_t id;          /* unique per allocator in the process */
     int tc_on;
     struct xtc *tcs;      /* registry of the threads' caches */
+    /* Memory held above the block allocator, which growth asks for before it
+     * maps more (a shrinker, as in the kernel): set by lifecycle.c to the
+     * thread caches' functions; the one call that goes up the layers, and it
+     * goes through these pointers. */
+    struct {
+        int (*held)(xseg_t *xs);   /* 1 when something above holds blocks */
+        void (*flush)(xseg_t *xs); /* give them back (frees under the lock) */
+    } shrinker;
     uint64_t gen_next;    /* last generation handed out */
     atomic_int nuses;     /* record_stream uses live: thread caches step aside */
     xslab *spare_slabs;   /* recycled slab metadata */
