@@ -29,6 +29,7 @@
 
 #include "driver.h"
 #include "driver_host.h"
+#include "ptrmap.h"
 
 #define HOST_SHIFT 21
 #define HOST_GRAN ((size_t)1 << HOST_SHIFT) /* 2 MiB, as on the H200 */
@@ -37,142 +38,6 @@
 #define PV_START ((uint64_t)1)  /* granule value: first granule of a map */
 #define PV_ACCESS ((uint64_t)2) /* granule value: set_access done */
 #define FILE_MAX ((uint64_t)INT64_MAX)
-
-/* ---- uint64 -> uint64 hash map: open addressing, linear probing ------- */
-
-typedef struct u64map {
-    uint64_t *keys; /* 0 = empty; key 0 itself lives in zero_val */
-    uint64_t *vals;
-    size_t cap, n;  /* cap: power of two or 0 */
-    int has_zero;
-    uint64_t zero_val;
-} u64map;
-
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
-/* Index of key k, or of the empty cell where it would go (cap > 0). */
-static size_t map_cell(const u64map *m, uint64_t k)
-{
-    size_t mask = m->cap - 1, i = (size_t)mix64(k) & mask;
-    while (m->keys[i] != 0 && m->keys[i] != k)
-        i = (i + 1) & mask;
-    return i;
-}
-
-static int map_get(const u64map *m, uint64_t k, uint64_t *v)
-{
-    if (k == 0) {
-        if (m->has_zero && v)
-            *v = m->zero_val;
-        return m->has_zero;
-    }
-    if (m->cap == 0)
-        return 0;
-    size_t i = map_cell(m, k);
-    if (m->keys[i] == 0)
-        return 0;
-    if (v)
-        *v = m->vals[i];
-    return 1;
-}
-
-static int map_rehash(u64map *m, size_t cap)
-{
-    u64map nm = {calloc(cap, sizeof(uint64_t)), malloc(cap * sizeof(uint64_t)),
-                 cap, m->n, m->has_zero, m->zero_val};
-    if (!nm.keys || !nm.vals) {
-        free(nm.keys);
-        free(nm.vals);
-        return -1;
-    }
-    for (size_t i = 0; i < m->cap; i++) {
-        if (m->keys[i] == 0)
-            continue;
-        size_t j = map_cell(&nm, m->keys[i]);
-        nm.keys[j] = m->keys[i];
-        nm.vals[j] = m->vals[i];
-    }
-    free(m->keys);
-    free(m->vals);
-    *m = nm;
-    return 0;
-}
-
-/* Make room for `extra` new keys, so the next map_put calls cannot fail. */
-static int map_reserve(u64map *m, size_t extra)
-{
-    size_t need = m->n + extra;
-    if (need > SIZE_MAX / 4 / sizeof(uint64_t))
-        return -1;
-    if (need * 2 <= m->cap)
-        return 0;
-    size_t cap = m->cap ? m->cap : 16;
-    while (cap < need * 2)
-        cap *= 2;
-    return map_rehash(m, cap);
-}
-
-/* Insert or overwrite; a new key needs room reserved first. */
-static void map_put(u64map *m, uint64_t k, uint64_t v)
-{
-    if (k == 0) {
-        m->has_zero = 1;
-        m->zero_val = v;
-        return;
-    }
-    size_t i = map_cell(m, k);
-    if (m->keys[i] == 0) {
-        m->keys[i] = k;
-        m->n++;
-    }
-    m->vals[i] = v;
-}
-
-/* h in the cyclic interval (i, j]? */
-static int cyc_between(size_t i, size_t h, size_t j)
-{
-    return i <= j ? (i < h && h <= j) : (i < h || h <= j);
-}
-
-/* Delete with backward shift: no tombstones, probes stay short. */
-static void map_del(u64map *m, uint64_t k)
-{
-    if (k == 0) {
-        m->has_zero = 0;
-        return;
-    }
-    if (m->cap == 0)
-        return;
-    size_t mask = m->cap - 1, i = map_cell(m, k), j = i;
-    if (m->keys[i] == 0)
-        return;
-    m->n--;
-    for (;;) {
-        j = (j + 1) & mask;
-        if (m->keys[j] == 0)
-            break;
-        if (cyc_between(i, (size_t)mix64(m->keys[j]) & mask, j))
-            continue;
-        m->keys[i] = m->keys[j];
-        m->vals[i] = m->vals[j];
-        i = j;
-    }
-    m->keys[i] = 0;
-}
-
-static void map_free(u64map *m)
-{
-    free(m->keys);
-    free(m->vals);
-    memset(m, 0, sizeof(*m));
-}
 
 /* ---- context ------------------------------------------------------------ */
 
@@ -222,11 +87,11 @@ typedef struct host_ctx {
     hslot *slots;
     uint32_t nslots;
     size_t slots_cap;
-    u64map free_by_size; /* size >> 21 -> first FREE slot of that size */
-    u64map pages;        /* va >> 21 -> slot << 2 | PV_START | PV_ACCESS */
+    xseg_ptrmap free_by_size; /* size >> 21 -> first FREE slot of that size */
+    xseg_ptrmap pages;        /* va >> 21 -> slot << 2 | PV_START | PV_ACCESS */
     hres *res;           /* sorted by va */
     size_t nres, res_cap;
-    u64map stream_idx;   /* stream token -> index in streams */
+    xseg_ptrmap stream_idx;   /* stream token -> index in streams */
     hstream *streams;
     size_t nstreams, streams_cap;
     hevent *events;
@@ -406,13 +271,13 @@ static uint32_t slot_of(const host_ctx *c, uint64_t h)
 static uint32_t slot_take_free(host_ctx *c, size_t size)
 {
     uint64_t head;
-    if (!map_get(&c->free_by_size, size >> HOST_SHIFT, &head))
+    if (!xseg_ptrmap_get(&c->free_by_size, size >> HOST_SHIFT, &head))
         return NO_SLOT;
     uint32_t idx = (uint32_t)head, next = c->slots[idx].next;
     if (next == NO_SLOT)
-        map_del(&c->free_by_size, size >> HOST_SHIFT);
+        xseg_ptrmap_del(&c->free_by_size, size >> HOST_SHIFT, NULL);
     else
-        map_put(&c->free_by_size, size >> HOST_SHIFT, next);
+        (void)xseg_ptrmap_put(&c->free_by_size, size >> HOST_SHIFT, next);
     return idx;
 }
 
@@ -478,9 +343,9 @@ static void slot_retire(host_ctx *c, uint32_t idx)
     uint64_t head;
     s->gen++;
     s->state = SLOT_FREE;
-    s->next = map_get(&c->free_by_size, s->size >> HOST_SHIFT, &head)
+    s->next = xseg_ptrmap_get(&c->free_by_size, s->size >> HOST_SHIFT, &head)
                   ? (uint32_t)head : NO_SLOT;
-    map_put(&c->free_by_size, s->size >> HOST_SHIFT, idx);
+    (void)xseg_ptrmap_put(&c->free_by_size, s->size >> HOST_SHIFT, idx);
     cnt_sub(c, C_HANDLES, 1);
     cnt_sub(c, C_HANDLE_BYTES, s->size);
 }
@@ -496,7 +361,7 @@ static int release_locked(host_ctx *c, uint64_t handle)
         s->gen++;
         return XDRV_SUCCESS;
     }
-    if (map_reserve(&c->free_by_size, 1))
+    if (xseg_ptrmap_reserve(&c->free_by_size, 1))
         return XDRV_OUT_OF_MEMORY;
     if (punch(c, s))
         return XDRV_UNKNOWN;
@@ -509,7 +374,7 @@ static int release_locked(host_ctx *c, uint64_t handle)
 static int range_any_mapped(const host_ctx *c, uintptr_t va, size_t size)
 {
     for (uintptr_t p = va; p < va + size; p += HOST_GRAN)
-        if (map_get(&c->pages, p >> HOST_SHIFT, NULL))
+        if (xseg_ptrmap_get(&c->pages, p >> HOST_SHIFT, NULL))
             return 1;
     return 0;
 }
@@ -517,7 +382,7 @@ static int range_any_mapped(const host_ctx *c, uintptr_t va, size_t size)
 static int range_all_mapped(const host_ctx *c, uintptr_t va, size_t size)
 {
     for (uintptr_t p = va; p < va + size; p += HOST_GRAN)
-        if (!map_get(&c->pages, p >> HOST_SHIFT, NULL))
+        if (!xseg_ptrmap_get(&c->pages, p >> HOST_SHIFT, NULL))
             return 0;
     return 1;
 }
@@ -541,7 +406,7 @@ static int map_locked(host_ctx *c, uintptr_t va, size_t size, uint64_t handle)
     hres *r = res_holding(c, va, size);
     if (s->size != size || !r || range_any_mapped(c, va, size))
         return XDRV_INVALID_VALUE;
-    if (map_reserve(&c->pages, size >> HOST_SHIFT))
+    if (xseg_ptrmap_reserve(&c->pages, size >> HOST_SHIFT))
         return XDRV_OUT_OF_MEMORY;
     void *p = mmap((void *)va, size, PROT_NONE, MAP_SHARED | MAP_FIXED,
                    c->memfd, (off_t)s->off);
@@ -550,7 +415,7 @@ static int map_locked(host_ctx *c, uintptr_t va, size_t size, uint64_t handle)
         return XDRV_OUT_OF_MEMORY;
     }
     for (uintptr_t q = va; q < va + size; q += HOST_GRAN)
-        map_put(&c->pages, q >> HOST_SHIFT,
+        (void)xseg_ptrmap_put(&c->pages, q >> HOST_SHIFT,
                 (uint64_t)idx << 2 | (q == va ? PV_START : 0));
     s->maps++;
     r->mapped += size;
@@ -566,7 +431,7 @@ static int maps_tile(const host_ctx *c, uintptr_t va, size_t size, size_t *n)
     uint64_t v;
     *n = 0;
     while (p < va + size) {
-        if (!map_get(&c->pages, p >> HOST_SHIFT, &v) || !(v & PV_START))
+        if (!xseg_ptrmap_get(&c->pages, p >> HOST_SHIFT, &v) || !(v & PV_START))
             return 0;
         p += c->slots[v >> 2].size;
         ++*n;
@@ -578,12 +443,12 @@ static int maps_tile(const host_ctx *c, uintptr_t va, size_t size, size_t *n)
 static size_t map_forget(host_ctx *c, uintptr_t va)
 {
     uint64_t v;
-    map_get(&c->pages, va >> HOST_SHIFT, &v);
+    xseg_ptrmap_get(&c->pages, va >> HOST_SHIFT, &v);
     uint32_t idx = (uint32_t)(v >> 2);
     hslot *s = &c->slots[idx];
     size_t size = s->size;
     for (uintptr_t q = va; q < va + size; q += HOST_GRAN)
-        map_del(&c->pages, q >> HOST_SHIFT);
+        xseg_ptrmap_del(&c->pages, q >> HOST_SHIFT, NULL);
     res_holding(c, va, size)->mapped -= size;
     cnt_sub(c, C_MAPS, 1);
     cnt_sub(c, C_MAP_BYTES, size);
@@ -599,7 +464,7 @@ static int unmap_locked(host_ctx *c, uintptr_t va, size_t size)
     size_t n;
     if (!aligned(va, size) || !maps_tile(c, va, size, &n))
         return XDRV_INVALID_VALUE;
-    if (map_reserve(&c->free_by_size, n))
+    if (xseg_ptrmap_reserve(&c->free_by_size, n))
         return XDRV_OUT_OF_MEMORY;
     if (restore_reserved(va, size))
         return XDRV_OUT_OF_MEMORY;
@@ -616,8 +481,8 @@ static int set_access_locked(host_ctx *c, uintptr_t va, size_t size)
         return XDRV_OUT_OF_MEMORY;
     for (uintptr_t p = va; p < va + size; p += HOST_GRAN) {
         uint64_t v;
-        map_get(&c->pages, p >> HOST_SHIFT, &v);
-        map_put(&c->pages, p >> HOST_SHIFT, v | PV_ACCESS);
+        xseg_ptrmap_get(&c->pages, p >> HOST_SHIFT, &v);
+        (void)xseg_ptrmap_put(&c->pages, p >> HOST_SHIFT, v | PV_ACCESS);
     }
     return XDRV_SUCCESS;
 }
@@ -628,13 +493,13 @@ static int set_access_locked(host_ctx *c, uintptr_t va, size_t size)
 static hstream *stream_get(host_ctx *c, void *stream, int make)
 {
     uint64_t i;
-    if (map_get(&c->stream_idx, (uintptr_t)stream, &i))
+    if (xseg_ptrmap_get(&c->stream_idx, (uintptr_t)stream, &i))
         return &c->streams[i];
-    if (!make || map_reserve(&c->stream_idx, 1) ||
+    if (!make || xseg_ptrmap_reserve(&c->stream_idx, 1) ||
         grow((void **)&c->streams, &c->streams_cap, c->nstreams + 1,
              sizeof(hstream)))
         return NULL;
-    map_put(&c->stream_idx, (uintptr_t)stream, c->nstreams);
+    (void)xseg_ptrmap_put(&c->stream_idx, (uintptr_t)stream, c->nstreams);
     c->streams[c->nstreams] = (hstream){0, 0, 0};
     return &c->streams[c->nstreams++];
 }
@@ -802,9 +667,9 @@ static void h_fini(void *ctx)
     for (int i = 0; i < C_N; i++)
         cnt_sub(c, i, c->cnt[i]);
     pthread_mutex_unlock(&c->lock);
-    map_free(&c->free_by_size);
-    map_free(&c->pages);
-    map_free(&c->stream_idx);
+    xseg_ptrmap_fini(&c->free_by_size);
+    xseg_ptrmap_fini(&c->pages);
+    xseg_ptrmap_fini(&c->stream_idx);
     free(c->slots);
     free(c->res);
     free(c->streams);
@@ -998,7 +863,7 @@ int xseg_host_is_accessible(void *ctx, uintptr_t va)
     if (!c)
         return 0;
     pthread_mutex_lock(&c->lock);
-    int ok = map_get(&c->pages, va >> HOST_SHIFT, &v) && (v & PV_ACCESS);
+    int ok = xseg_ptrmap_get(&c->pages, va >> HOST_SHIFT, &v) && (v & PV_ACCESS);
     pthread_mutex_unlock(&c->lock);
     return ok;
 }

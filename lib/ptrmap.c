@@ -1,18 +1,21 @@
-/* ptrmap.c: the address hash map (see ptrmap.h). */
+/* ptrmap.c: the hash map (see ptrmap.h). */
 #include "ptrmap.h"
 
 #include <stdlib.h>
 
 static inline size_t slot_of(const xseg_ptrmap *m, uintptr_t key)
 {
-    uint64_t h = (uint64_t)(key >> 4) * 0x9E3779B97F4A7C15ull;
+    uint64_t h = (uint64_t)(key >> m->shift) * 0x9E3779B97F4A7C15ull;
     return (size_t)(h >> 20) & m->mask;
 }
 
-int xseg_ptrmap_init(xseg_ptrmap *m, size_t hint)
+/* A table of at least 2 * need slots (64 at least): 0 or -1. */
+static int table_new(xseg_ptrmap *m, size_t need, unsigned shift)
 {
     size_t cap = 64;
-    while (cap < hint * 2)
+    if (need > SIZE_MAX / 4 / sizeof(uintptr_t))
+        return -1;
+    while (cap < need * 2)
         cap <<= 1;
     m->keys = calloc(cap, sizeof(uintptr_t));
     m->vals = calloc(cap, sizeof(uintptr_t));
@@ -26,7 +29,18 @@ int xseg_ptrmap_init(xseg_ptrmap *m, size_t hint)
     m->count = 0;
     m->has_zero = 0;
     m->zero_val = 0;
+    m->shift = shift;
     return 0;
+}
+
+int xseg_ptrmap_init(xseg_ptrmap *m, size_t hint)
+{
+    return table_new(m, hint, 4);
+}
+
+int xseg_ptrmap_init_ints(xseg_ptrmap *m, size_t hint)
+{
+    return table_new(m, hint, 0);
 }
 
 void xseg_ptrmap_fini(xseg_ptrmap *m)
@@ -34,7 +48,9 @@ void xseg_ptrmap_fini(xseg_ptrmap *m)
     free(m->keys);
     free(m->vals);
     m->keys = m->vals = NULL;
+    m->mask = 0;
     m->count = 0;
+    m->has_zero = 0;
 }
 
 static void insert_raw(xseg_ptrmap *m, uintptr_t key, uintptr_t val)
@@ -48,12 +64,13 @@ static void insert_raw(xseg_ptrmap *m, uintptr_t key, uintptr_t val)
     m->vals[i] = val;
 }
 
-static int grow(xseg_ptrmap *m)
+/* Rehash into a table of at least 2 * need slots; map unchanged on -1. */
+static int grow(xseg_ptrmap *m, size_t need)
 {
     xseg_ptrmap n;
-    if (xseg_ptrmap_init(&n, (m->mask + 1)) != 0)
+    if (table_new(&n, need, m->shift) != 0)
         return -1;
-    for (size_t i = 0; i <= m->mask; i++)
+    for (size_t i = 0; m->keys && i <= m->mask; i++)
         if (m->keys[i])
             insert_raw(&n, m->keys[i], m->vals[i]);
     free(m->keys);
@@ -65,6 +82,16 @@ static int grow(xseg_ptrmap *m)
     return 0;
 }
 
+int xseg_ptrmap_reserve(xseg_ptrmap *m, size_t extra)
+{
+    size_t need = m->count + extra;
+    if (need < m->count)
+        return -1;
+    if (m->keys && need * 2 <= m->mask + 1)
+        return 0;
+    return grow(m, need);
+}
+
 int xseg_ptrmap_put(xseg_ptrmap *m, uintptr_t key, uintptr_t val)
 {
     if (key == 0) {
@@ -73,8 +100,9 @@ int xseg_ptrmap_put(xseg_ptrmap *m, uintptr_t key, uintptr_t val)
         return 0;
     }
     uintptr_t old;
-    if ((m->count + 1) * 2 > m->mask + 1 && !xseg_ptrmap_get(m, key, &old) && grow(m) != 0)
-        return -1;
+    if (!m->keys || ((m->count + 1) * 2 > m->mask + 1 && !xseg_ptrmap_get(m, key, &old)))
+        if (grow(m, m->keys ? m->mask + 1 : 0) != 0)
+            return -1;
     insert_raw(m, key, val);
     return 0;
 }
@@ -82,15 +110,18 @@ int xseg_ptrmap_put(xseg_ptrmap *m, uintptr_t key, uintptr_t val)
 int xseg_ptrmap_get(const xseg_ptrmap *m, uintptr_t key, uintptr_t *val)
 {
     if (key == 0) {
-        if (m->has_zero)
+        if (m->has_zero && val)
             *val = m->zero_val;
         return m->has_zero;
     }
+    if (!m->keys)
+        return 0;
     size_t i = slot_of(m, key);
     for (;;) {
         uintptr_t k = m->keys[i];
         if (k == key) {
-            *val = m->vals[i];
+            if (val)
+                *val = m->vals[i];
             return 1;
         }
         if (!k)
@@ -98,7 +129,6 @@ int xseg_ptrmap_get(const xseg_ptrmap *m, uintptr_t key, uintptr_t *val)
         i = (i + 1) & m->mask;
     }
 }
-
 /* Backward-shift deletion keeps every probe chain unbroken. */
 static void remove_at(xseg_ptrmap *m, size_t i)
 {
@@ -130,6 +160,8 @@ int xseg_ptrmap_del(xseg_ptrmap *m, uintptr_t key, uintptr_t *val)
         m->has_zero = 0;
         return 1;
     }
+    if (!m->keys)
+        return 0;
     size_t i = slot_of(m, key);
     for (;;) {
         uintptr_t k = m->keys[i];

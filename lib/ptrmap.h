@@ -1,6 +1,9 @@
-/* ptrmap.h: open-addressing hash map from addresses to tagged words, used
- * for live allocations (free and record_stream lookups) and stream states.
- * Linear probing with backward-shift deletion: no tombstones, O(1). */
+/* ptrmap.h: the library's one open-addressing hash map, from 64-bit keys
+ * (addresses or integers) to 64-bit words: live allocations (free and
+ * record_stream lookups), stream states, the host backend's page, size and
+ * stream maps, and the trace reader's id maps.  Linear probing with
+ * backward-shift deletion: no tombstones, O(1).  A zeroed map is a valid
+ * empty one (integer keys); its table comes with the first put. */
 #ifndef XSEG_PTRMAP_H
 #define XSEG_PTRMAP_H
 
@@ -14,9 +17,15 @@ typedef struct xseg_ptrmap {
     size_t count;
     int has_zero;      /* key 0 (the NULL stream) present */
     uintptr_t zero_val;
+    unsigned shift;    /* low key bits dropped before hashing: 4 for addresses */
 } xseg_ptrmap;
 
+/* A map of addresses (16-byte aligned: their low 4 bits do not hash). */
 int xseg_ptrmap_init(xseg_ptrmap *m, size_t capacity_hint);
+/* A map of integer keys (every bit hashes); same as a zeroed map. */
+int xseg_ptrmap_init_ints(xseg_ptrmap *m, size_t capacity_hint);
+/* Room for `extra` new keys: the next that many puts cannot fail.  0 or -1. */
+int xseg_ptrmap_reserve(xseg_ptrmap *m, size_t extra);
 void xseg_ptrmap_fini(xseg_ptrmap *m);
 /* Returns 0, or -1 when memory for growth is missing (map unchanged). */
 int xseg_ptrmap_put(xseg_ptrmap *m, uintptr_t key, uintptr_t val);

@@ -19,7 +19,7 @@ xlib=$(find "$xbuild" -name libxseg.a -print -quit)
 [ -n "$xlib" ] || { echo "build.sh: no libxseg.a under $xbuild"; exit 1; }
 
 cflags="-O2 -g -std=gnu11 -Wall -Wextra -D_GNU_SOURCE -DXSEG_STATIC_DEFINE
-        -I$root/include -I$root/tools/trace -I$cuda/include"
+        -I$root/include -I$root/lib -I$root/tools/trace -I$cuda/include"
 libs="-L$cuda/lib64 -Wl,-rpath,$cuda/lib64 -lcudart -lpthread -ldl -lm"
 if [ -f /usr/include/zlib.h ]; then
     cflags="$cflags -DXSEG_TRACE_HAVE_ZLIB=1"
@@ -30,7 +30,7 @@ objs=()
 for src in "$here"/bench_*.c "$here"/alloc_xseg.c "$here"/alloc_async.c \
            "$here"/alloc_cudamalloc.c "$root"/tools/trace/trace.c \
            "$root"/tools/trace/trace_source.c "$root"/tools/trace/trace_parse.c \
-           "$root"/tools/trace/trace_build.c "$root"/tools/trace/trace_idmap.c; do
+           "$root"/tools/trace/trace_build.c; do
     o="$obj/$(basename "${src%.c}").o"
     gcc $cflags -c "$src" -o "$o" || exit 1
     objs+=("$o")

@@ -32,8 +32,8 @@ int trace_builder_init(trace_builder *b, const char *name)
         return TRACE_BUILD_NOMEM;
     b->t->name = strdup(name ? name : "(trace)");
     b->last_stream = TRACE_ID_EMPTY;
-    if (!b->t->name || trace_idmap_init(&b->ids, 0) != 0 ||
-        trace_idmap_init(&b->streams, 0) != 0) {
+    if (!b->t->name || xseg_ptrmap_init_ints(&b->ids, 0) != 0 ||
+        xseg_ptrmap_init_ints(&b->streams, 0) != 0) {
         trace_builder_discard(b);
         return TRACE_BUILD_NOMEM;
     }
@@ -58,25 +58,22 @@ static int stream_index(trace_builder *b, uint64_t stream, uint16_t *idx,
                         char *msg, size_t len)
 {
     xseg_trace *t = b->t;
-    int added;
-    trace_idmap_entry *e;
+    uintptr_t v;
     if (stream == b->last_stream)
         return *idx = b->last_stream_index, TRACE_BUILD_OK;
-    e = trace_idmap_insert(&b->streams, stream, &added);
-    if (!e)
-        return TRACE_BUILD_NOMEM;
-    if (added) {
+    if (!xseg_ptrmap_get(&b->streams, stream, &v)) {
         if (t->nstreams >= XSEG_TRACE_MAX_STREAMS)
             return snprintf(msg, len, "more than %d distinct streams",
                             XSEG_TRACE_MAX_STREAMS), TRACE_BUILD_BAD;
-        if (grow(&t->streams, &b->cap_streams, t->nstreams + 1, sizeof *t->streams) != 0)
+        if (grow(&t->streams, &b->cap_streams, t->nstreams + 1, sizeof *t->streams) != 0 ||
+            xseg_ptrmap_put(&b->streams, stream, t->nstreams) != 0)
             return TRACE_BUILD_NOMEM;
-        e->slot = (uint32_t)t->nstreams;
+        v = t->nstreams;
         t->streams[t->nstreams++] = stream;
     }
     b->last_stream = stream;
-    b->last_stream_index = (uint16_t)e->slot;
-    *idx = (uint16_t)e->slot;
+    b->last_stream_index = (uint16_t)v;
+    *idx = (uint16_t)v;
     return TRACE_BUILD_OK;
 }
 
@@ -107,20 +104,18 @@ static int add_live(trace_builder *b, uint64_t bytes, char *msg, size_t len)
 static int add_alloc(trace_builder *b, const trace_line *l, uint32_t lineno,
                      char *msg, size_t len)
 {
-    int added, rc;
+    int rc;
     uint16_t sidx;
     uint32_t slot;
-    trace_idmap_entry *e = trace_idmap_insert(&b->ids, l->id, &added);
-    if (!e)
-        return TRACE_BUILD_NOMEM;
-    if (!added)
+    uintptr_t v;
+    if (xseg_ptrmap_get(&b->ids, l->id, &v))
         return snprintf(msg, len, "alloc of id %llu that is already live (allocated at line %u)",
-                        (unsigned long long)l->id, e->line), TRACE_BUILD_BAD;
+                        (unsigned long long)l->id, (unsigned)(v >> 32)), TRACE_BUILD_BAD;
     if ((rc = stream_index(b, l->stream, &sidx, msg, len)) != 0 ||
         (rc = add_live(b, l->bytes, msg, len)) != 0 || (rc = take_slot(b, &slot)) != 0)
         return rc;
-    e->slot = slot;
-    e->line = lineno;
+    if (xseg_ptrmap_put(&b->ids, l->id, (uintptr_t)lineno << 32 | slot) != 0)
+        return TRACE_BUILD_NOMEM;
     b->slot_bytes[slot] = l->bytes;
     b->slot_stream[slot] = sidx;
     b->t->nallocs++;
@@ -154,14 +149,14 @@ static int bad_free(trace_builder *b, uint64_t id, char *msg, size_t len)
 
 static int add_free(trace_builder *b, const trace_line *l, char *msg, size_t len)
 {
-    trace_idmap_entry *e = trace_idmap_find(&b->ids, l->id);
+    uintptr_t v;
     uint32_t slot;
-    if (!e)
+    if (!xseg_ptrmap_get(&b->ids, l->id, &v))
         return bad_free(b, l->id, msg, len);
-    slot = e->slot;
+    slot = (uint32_t)v;
     if (release_slot(b, slot) != 0)
         return TRACE_BUILD_NOMEM;
-    trace_idmap_remove(&b->ids, e);
+    xseg_ptrmap_del(&b->ids, l->id, NULL);
     b->live_bytes -= b->slot_bytes[slot];
     b->t->nfrees++;
     return push_event(b, (xseg_trace_event){ b->slot_bytes[slot], slot,
@@ -189,8 +184,8 @@ int trace_builder_skip(trace_builder *b, uint32_t lineno)
 
 static void release_work(trace_builder *b)
 {
-    trace_idmap_fini(&b->ids);
-    trace_idmap_fini(&b->streams);
+    xseg_ptrmap_fini(&b->ids);
+    xseg_ptrmap_fini(&b->streams);
     free(b->free_slots);
     free(b->slot_bytes);
     free(b->slot_stream);

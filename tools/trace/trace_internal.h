@@ -1,11 +1,11 @@
 /* trace_internal.h: the pieces of the trace reader shared between its files:
- * byte sources (trace_source.c), the id map (trace_idmap.c), the line
- * parser (trace_parse.c) and the trace builder (trace_build.c). */
+ * byte sources (trace_source.c), the line parser (trace_parse.c) and the trace builder (trace_build.c). */
 #ifndef XSEG_TRACE_INTERNAL_H
 #define XSEG_TRACE_INTERNAL_H
 
 #include <stdio.h>
 #include "trace.h"
+#include "ptrmap.h" /* the library's hash map: the builder's id maps */
 
 /* ---- byte sources (trace_source.c) ------------------------------------ */
 
@@ -29,31 +29,9 @@ int trace_source_open(trace_source *s, const char *path, xseg_trace_reader reade
                       xseg_trace_status *status);
 void trace_source_memory(trace_source *s, const char *text, size_t len);
 
-/* ---- id map: open addressing, id -> slot (trace_idmap.c) --------------- */
+/* ---- id maps: xseg_ptrmap (lib/ptrmap.h), integer keys ---------------- */
 
 #define TRACE_ID_EMPTY UINT64_MAX   /* ids are <= XSEG_TRACE_MAX_ID */
-#define TRACE_SLOT_DEAD UINT32_MAX  /* no slot yet */
-
-typedef struct trace_idmap_entry {
-    uint64_t id;
-    uint32_t slot;   /* live slot (stream map: stream index) */
-    uint32_t line;   /* line of the allocation */
-} trace_idmap_entry;
-
-typedef struct trace_idmap {
-    trace_idmap_entry *tab;
-    size_t cap;      /* power of two */
-    size_t used;
-} trace_idmap;
-
-int trace_idmap_init(trace_idmap *m, size_t hint);
-void trace_idmap_fini(trace_idmap *m);
-trace_idmap_entry *trace_idmap_find(const trace_idmap *m, uint64_t id);
-/* Find or add `id` (a new entry has slot TRACE_SLOT_DEAD, line 0).  NULL
- * when out of memory. */
-trace_idmap_entry *trace_idmap_insert(trace_idmap *m, uint64_t id, int *added);
-/* Remove an entry found by find / insert. */
-void trace_idmap_remove(trace_idmap *m, trace_idmap_entry *e);
 
 /* ---- line parser (trace_parse.c) -------------------------------------- */
 
@@ -81,8 +59,8 @@ typedef struct trace_builder {
     size_t cap_events;
     size_t cap_streams;
     size_t cap_skipped;
-    trace_idmap ids;       /* live trace id -> slot */
-    trace_idmap streams;   /* stream number -> index (in .slot) */
+    xseg_ptrmap ids;       /* live trace id -> line << 32 | slot */
+    xseg_ptrmap streams;   /* stream number -> index */
     uint32_t *free_slots;  /* stack of released slots */
     size_t nfree_slots;
     size_t cap_free_slots;
