@@ -5,8 +5,7 @@
 
 static inline size_t slot_of(const xseg_ptrmap *m, uintptr_t key)
 {
-    uint64_t h = (uint64_t)(key >> m->shift) * 0x9E3779B97F4A7C15ull;
-    return (size_t)(h >> 20) & m->mask;
+    return xseg_ptrmap_home(key, m->shift, m->mask);
 }
 
 /* A table of at least 2 * need slots (64 at least): 0 or -1. */
@@ -137,9 +136,7 @@ static void remove_at(xseg_ptrmap *m, size_t i)
         j = (j + 1) & m->mask;
         if (!m->keys[j])
             break;
-        size_t home = slot_of(m, m->keys[j]);
-        int movable = (i <= j) ? (home <= i || home > j) : (home <= i && home > j);
-        if (movable) {
+        if (xseg_ptrmap_movable(i, slot_of(m, m->keys[j]), j)) {
             m->keys[i] = m->keys[j];
             m->vals[i] = m->vals[j];
             i = j;

@@ -20,6 +20,21 @@ typedef struct xseg_ptrmap {
     unsigned shift;    /* low key bits dropped before hashing: 4 for addresses */
 } xseg_ptrmap;
 
+/* The hashing and deletion rules, shared with tables of larger entries that
+ * probe the same way (tcache.c's fixed per-thread table of live blocks). */
+static inline size_t xseg_ptrmap_home(uintptr_t key, unsigned shift, size_t mask)
+{
+    return (size_t)(((uint64_t)(key >> shift) * 0x9E3779B97F4A7C15ull) >> 20) & mask;
+}
+
+/* Backward-shift deletion: may the entry at j, whose home slot is `home`,
+ * move back into the hole at `hole`?  (Not when home lies cyclically in
+ * (hole, j].) */
+static inline int xseg_ptrmap_movable(size_t hole, size_t home, size_t j)
+{
+    return hole <= j ? (home <= hole || home > j) : (home <= hole && home > j);
+}
+
 /* A map of addresses (16-byte aligned: their low 4 bits do not hash). */
 int xseg_ptrmap_init(xseg_ptrmap *m, size_t capacity_hint);
 /* A map of integer keys (every bit hashes); same as a zeroed map. */

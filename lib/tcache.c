@@ -130,11 +130,13 @@ static xtc *tc_find(const xseg_t *xs)
     return NULL;
 }
 
-/* ---- remembered live allocations (open addressing, dropped when full) ---- */
+/* ---- remembered live allocations (open addressing, dropped when full) ----
+ * A fixed table of whole entries (no malloc on the hot path), hashed and
+ * shifted back on deletion by ptrmap.h's rules. */
 
-static size_t map_slot(uintptr_t addr)
+static inline size_t map_slot(uintptr_t addr)
 {
-    return (size_t)(((uint64_t)(addr >> 9) * 0x9E3779B97F4A7C15ull) >> 40) & (TC_MAP - 1);
+    return xseg_ptrmap_home(addr, 4, TC_MAP - 1);
 }
 
 static void map_put(xtc *tc, const tc_entry *e)
@@ -165,8 +167,7 @@ static int map_take(xtc *tc, uintptr_t addr, tc_entry *out)
         j = (j + 1) & (TC_MAP - 1);
         if (!tc->map[j].addr)
             break;
-        size_t h = map_slot(tc->map[j].addr);
-        if ((i <= j) ? (h <= i || h > j) : (h <= i && h > j)) {
+        if (xseg_ptrmap_movable(i, map_slot(tc->map[j].addr), j)) {
             tc->map[i] = tc->map[j];
             i = j;
         }
