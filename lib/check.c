@@ -517,13 +517,17 @@ static int ck_partials(ck *c)
     for (size_t i = 0; i < c->nstreams; i++) {
         const xstream *s = c->streams[i];
         for (uint32_t k = 0; k < XSEG_MAX_CLASSES; k++) {
-            const xslab *prev = NULL;
-            for (const xslab *sl = s->partial[k]; sl; prev = sl, sl = sl->next, n++) {
-                if (k >= c->xs->nclasses || sl->prev != prev || !sl->listed || sl->owner != s ||
+            const xlist_node *prev = NULL;
+            for (const xlist_node *l = xlist_first(&s->partial[k]); l; prev = l, l = l->next, n++) {
+                const xslab *sl = XLIST_ENTRY(l, const xslab, link);
+                if (k >= c->xs->nclasses || l->prev != prev || !sl->listed || sl->owner != s ||
                     sl->cls != k || !sl->blk || sl->blk->slab != sl || n > c->nlisted_slabs)
                     return bad(c, "partial lists hold listed slabs of their stream and class",
                                sl->blk, "stream %p, class %u", s->handle, k);
             }
+            if (s->partial[k].last != prev)
+                return bad(c, "partial lists hold listed slabs of their stream and class", NULL,
+                           "stream %p, class %u: last is not the list's end", s->handle, k);
         }
     }
     if (n != c->nlisted_slabs)

@@ -29,6 +29,7 @@
 
 #include "driver.h"
 #include "driver_host.h"
+#include "list.h"
 #include "ptrmap.h"
 
 #define HOST_SHIFT 21
@@ -69,7 +70,7 @@ struct host_ctx;
 typedef struct hevent {
     uint32_t magic;
     struct host_ctx *ctx;
-    struct hevent *prev, *next; /* live events, freed by fini */
+    xlist_node link; /* in the context's live events, freed by fini */
     void *stream;
     uint64_t seq;
     int pending;
@@ -94,7 +95,7 @@ typedef struct host_ctx {
     xseg_ptrmap stream_idx;   /* stream token -> index in streams */
     hstream *streams;
     size_t nstreams, streams_cap;
-    hevent *events;
+    xlist events;         /* live events (hevent.link) */
     size_t cnt[C_N];
     uint64_t syncs;
     unsigned lag; /* host_event_lag */
@@ -534,10 +535,7 @@ static int event_create_locked(host_ctx *c, void **event)
         return XDRV_OUT_OF_MEMORY;
     e->magic = EV_MAGIC;
     e->ctx = c;
-    e->next = c->events;
-    if (c->events)
-        c->events->prev = e;
-    c->events = e;
+    xlist_push_front(&c->events, &e->link);
     cnt_add(c, C_EVENTS, 1);
     *event = e;
     return XDRV_SUCCESS;
@@ -580,12 +578,7 @@ static int event_sync_locked(host_ctx *c, hevent *e)
 
 static void event_unlink(host_ctx *c, hevent *e)
 {
-    if (e->prev)
-        e->prev->next = e->next;
-    else
-        c->events = e->next;
-    if (e->next)
-        e->next->prev = e->prev;
+    xlist_remove(&c->events, &e->link);
     e->magic = 0;
     free(e);
     cnt_sub(c, C_EVENTS, 1);
@@ -604,9 +597,11 @@ static int stream_sync_locked(host_ctx *c, void *stream)
     hstream *st = stream_get(c, stream, 0);
     if (st)
         st->done = st->seq;
-    for (hevent *e = c->lag ? c->events : NULL; e; e = e->next)
+    for (xlist_node *n = c->lag ? xlist_first(&c->events) : NULL; n; n = xlist_next(n)) {
+        hevent *e = XLIST_ENTRY(n, hevent, link);
         if (e->stream == stream)
             e->lag_left = 0; /* the stream's work is done */
+    }
     c->syncs++;
     return XDRV_SUCCESS;
 }
@@ -661,8 +656,8 @@ static void h_fini(void *ctx)
     pthread_mutex_lock(&c->lock);
     for (size_t i = 0; i < c->nres; i++) /* drops the maps inside too */
         munmap((void *)c->res[i].va, c->res[i].size);
-    while (c->events)
-        event_unlink(c, c->events);
+    while (!xlist_empty(&c->events))
+        event_unlink(c, XLIST_ENTRY(xlist_first(&c->events), hevent, link));
     close(c->memfd);
     for (int i = 0; i < C_N; i++)
         cnt_sub(c, i, c->cnt[i]);

@@ -18,6 +18,7 @@
 #include "lock.h"
 #include "driver.h"
 #include "drv.h"
+#include "list.h"
 #include "ptrmap.h"
 #include "xseg.h"
 
@@ -73,7 +74,7 @@ typedef struct xfreeidx {
 /* A slab: one arena block cut into equal slots of one size class. */
 typedef struct xslab {
     xblock *blk;
-    struct xslab *prev, *next;  /* in the owner's partial list of its class */
+    xlist_node link;            /* in the owner's partial list of its class */
     struct xstream *owner;
     uint32_t cls, slot_size, nslots, nfree;
     uint32_t free_head;         /* first free slot, nslots = none */
@@ -88,7 +89,7 @@ typedef struct xslab {
 typedef struct xstream {
     void *handle;
     xfreeidx idx;
-    xslab *partial[XSEG_MAX_CLASSES];
+    xlist partial[XSEG_MAX_CLASSES]; /* per class: slabs with free slots (xslab.link) */
     uint64_t epoch;        /* current epoch: frees are stamped with it */
     uint64_t done;         /* every epoch <= done has completed on the GPU */
     void *event;           /* our reusable event on this stream */

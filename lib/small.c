@@ -48,13 +48,7 @@ static void unlink_slab(xslab *sl)
     xstream *s = sl->owner;
     if (!sl->listed)
         return;
-    if (sl->prev)
-        sl->prev->next = sl->next;
-    else
-        s->partial[sl->cls] = sl->next;
-    if (sl->next)
-        sl->next->prev = sl->prev;
-    sl->prev = sl->next = NULL;
+    xlist_remove(&s->partial[sl->cls], &sl->link);
     sl->listed = 0;
 }
 
@@ -62,11 +56,7 @@ static void link_slab(xslab *sl)
 {
     xstream *s = sl->owner;
     XSEG_ASSERT(!sl->listed && sl->nfree > 0);
-    sl->prev = NULL;
-    sl->next = s->partial[sl->cls];
-    if (sl->next)
-        sl->next->prev = sl;
-    s->partial[sl->cls] = sl;
+    xlist_push_front(&s->partial[sl->cls], &sl->link);
     sl->listed = 1;
 }
 
@@ -125,7 +115,8 @@ static xseg_status slab_new(xseg_t *xs, xstream *s, int cls, xslab **out)
     for (uint32_t i = 0; i < n; i++)
         sl->next_free[i] = i + 1;
     sl->blk = b;
-    sl->prev = sl->next = sl->spare_next = NULL;
+    sl->link.prev = sl->link.next = NULL;
+    sl->spare_next = NULL;
     sl->owner = s;
     sl->slot_size = sz;
     sl->nslots = sl->nfree = n;
@@ -140,7 +131,8 @@ static xseg_status slab_new(xseg_t *xs, xstream *s, int cls, xslab **out)
 
 xseg_status xsmall_alloc(xseg_t *xs, xstream *s, int cls, size_t size, void **out)
 {
-    xslab *sl = s->partial[cls];
+    xlist_node *first = xlist_first(&s->partial[cls]);
+    xslab *sl = first ? XLIST_ENTRY(first, xslab, link) : NULL;
     if (!sl) {
         xseg_status st = slab_new(xs, s, cls, &sl);
         if (st != XSEG_OK)
@@ -172,7 +164,7 @@ void xsmall_free(xseg_t *xs, xslab *sl, uintptr_t addr)
         link_slab(sl);
     /* Keep one empty slab per class and stream; give back the others, and
      * every one of a retired stream (nothing allocates from it again). */
-    if (sl->nfree == sl->nslots && (sl->prev || sl->next || sl->owner->retired ||
+    if (sl->nfree == sl->nslots && (sl->link.prev || sl->link.next || sl->owner->retired ||
                                     xs->conf.release_threshold == XSEG_RELEASE_NOW))
         slab_destroy(xs, sl);
 }
@@ -185,12 +177,12 @@ uint32_t xsmall_requested(const xslab *sl, uintptr_t addr)
 void xsmall_drop_stream(xseg_t *xs, xstream *s)
 {
     for (uint32_t c = 0; c < xs->nclasses; c++) {
-        xslab *sl = s->partial[c];
-        while (sl) {
-            xslab *n = sl->next;
+        xlist_node *n = xlist_first(&s->partial[c]);
+        while (n) {
+            xslab *sl = XLIST_ENTRY(n, xslab, link);
+            n = xlist_next(n);
             if (sl->nfree == sl->nslots)
                 slab_destroy(xs, sl);
-            sl = n;
         }
     }
 }

@@ -255,6 +255,12 @@ START_TEST(slab_counts)
     broken(xs, "slabs with free slots are listed", sl->blk->addr);
     sl->listed = 1;
     passes(xs);
+    xlist *pl = &sl->owner->partial[sl->cls];
+    xlist_node *last = pl->last;
+    pl->last = NULL; /* the list's end pointer lost */
+    broken(xs, "partial lists hold listed slabs of their stream and class", 0);
+    pl->last = last;
+    passes(xs);
     for (int i = 0; i < 3; i++)
         ck_assert_int_eq(xseg_free(xs, p[i]), XSEG_OK);
     passes(xs);
