@@ -40,45 +40,21 @@ static void lru_remove(xseg_t *xs, xblock *b)
 {
     if (!(b->flags & XB_LRU))
         return;
-    if (b->lprev)
-        b->lprev->lnext = b->lnext;
-    else
-        xs->lru_head = b->lnext;
-    if (b->lnext)
-        b->lnext->lprev = b->lprev;
-    else
-        xs->lru_tail = b->lprev;
-    b->lprev = b->lnext = NULL;
+    xlist_remove(&xs->lru, &b->lru);
     b->flags &= ~XB_LRU;
 }
 
 static void lru_push(xseg_t *xs, xblock *b)
 {
-    b->lnext = NULL;
-    b->lprev = xs->lru_tail;
-    if (xs->lru_tail)
-        xs->lru_tail->lnext = b;
-    else
-        xs->lru_head = b;
-    xs->lru_tail = b;
+    xlist_push_back(&xs->lru, &b->lru);
     b->flags |= XB_LRU;
 }
 
 /* Put r where b stands in the LRU (r inherits b's age). */
 static void lru_replace(xseg_t *xs, xblock *b, xblock *r)
 {
-    r->lprev = b->lprev;
-    r->lnext = b->lnext;
-    if (r->lprev)
-        r->lprev->lnext = r;
-    else
-        xs->lru_head = r;
-    if (r->lnext)
-        r->lnext->lprev = r;
-    else
-        xs->lru_tail = r;
+    xlist_replace(&xs->lru, &b->lru, &r->lru);
     r->flags |= XB_LRU;
-    b->lprev = b->lnext = NULL;
     b->flags &= ~XB_LRU;
 }
 
@@ -183,22 +159,16 @@ static size_t reclaim_block(xseg_t *xs, xblock *b, size_t want, int *refused)
 size_t xseg_reclaim(xseg_t *xs, size_t want, int block)
 {
     size_t got = 0;
-    if (xs->moved)
+    if (!xlist_empty(&xs->moved))
         xblk_moved_process(xs, block);
-    xblock *skipped = NULL, *skipped_tail = NULL;
+    xlist skipped = {NULL, NULL};
     if (xs->arena.norphans)
         xarena_release_orphans(xs);
-    while (got < want && xs->lru_head) {
-        xblock *b = xs->lru_head;
+    while (got < want && !xlist_empty(&xs->lru)) {
+        xblock *b = xblk_of_lru(xlist_first(&xs->lru));
         if (b->owner && !xstream_done(xs, b->owner, b->epoch, block)) {
             lru_remove(xs, b); /* not yet safe: keep its place for later */
-            b->lnext = NULL;
-            b->lprev = skipped_tail;
-            if (skipped_tail)
-                skipped_tail->lnext = b;
-            else
-                skipped = b;
-            skipped_tail = b;
+            xlist_push_back(&skipped, &b->lru);
             continue;
         }
         int refused = 0;
@@ -207,16 +177,9 @@ size_t xseg_reclaim(xseg_t *xs, size_t want, int block)
             break; /* the driver refused: it stays cached, retried next time */
     }
     /* Put the skipped blocks back at the head, in their order. */
-    if (skipped) {
-        skipped_tail->lnext = xs->lru_head;
-        if (xs->lru_head)
-            xs->lru_head->lprev = skipped_tail;
-        else
-            xs->lru_tail = skipped_tail;
-        xs->lru_head = skipped;
-        for (xblock *b = skipped; b; b = b->lnext)
-            b->flags |= XB_LRU;
-    }
+    for (xlist_node *n = xlist_first(&skipped); n; n = xlist_next(n))
+        xblk_of_lru(n)->flags |= XB_LRU;
+    xlist_splice_front(&xs->lru, &skipped);
     return got;
 }
 
@@ -232,7 +195,7 @@ static xblock *split_front(xseg_t *xs, xblock *b, uintptr_t at)
     free_remove(xs, b);
     copy_block(r, b);
     r->flags = 0;
-    r->lprev = r->lnext = NULL;
+    r->lru.prev = r->lru.next = NULL;
     r->addr = at;
     r->size = b->addr + b->size - at;
     b->size = at - b->addr;
@@ -744,8 +707,7 @@ static void retire_old(xseg_t *xs, xblock *d, uintptr_t lo, uintptr_t hi)
     z->epoch = epoch;
     z->requested = hi - lo; /* the old mapping (z may be a little larger) */
     xs->unmapping_bytes += hi - lo;
-    z->lnext = xs->moved;
-    xs->moved = z;
+    xlist_push_front(&xs->moved, &z->lru);
 }
 
 /* Move up to `want` bytes of cached handles under the unmapped pages of b. */
@@ -754,8 +716,9 @@ static size_t move_pages(xseg_t *xs, xblock *b, size_t want)
     size_t moved = 0, before;
     do {
         before = moved;
-        for (xblock *d = xs->lru_head, *next; d && moved < want; d = next) {
-            next = d->lnext;
+        for (xblock *d = xblk_of_lru(xlist_first(&xs->lru)), *next; d && moved < want;
+             d = next) {
+            next = xblk_of_lru(xlist_next(&d->lru));
             if (d->owner && d->owner != b->owner)
                 continue;
             uintptr_t lo, hi;
@@ -775,16 +738,14 @@ static size_t move_pages(xseg_t *xs, xblock *b, size_t want)
  * (waiting for it when `block`). */
 void xblk_moved_process(xseg_t *xs, int block)
 {
-    for (xblock **pp = &xs->moved; *pp;) {
-        xblock *z = *pp;
+    for (xlist_node *n = xlist_first(&xs->moved), *next; n; n = next) {
+        xblock *z = xblk_of_lru(n);
+        next = xlist_next(n);
         if ((!z->owner || xstream_done(xs, z->owner, z->epoch, block)) &&
             xarena_unmap_old(xs, z->addr, z->addr + z->requested) == XDRV_SUCCESS) {
-            *pp = z->lnext;
+            xlist_remove(&xs->moved, n);
             xs->unmapping_bytes -= z->requested;
-            z->lnext = NULL;
             back_to_neutral(xs, z, 0);
-        } else {
-            pp = &z->lnext;
         }
     }
 }
@@ -792,9 +753,9 @@ void xblk_moved_process(xseg_t *xs, int block)
 /* At destroy: the old mappings go (the GPU is done with everything then). */
 void xblk_moved_fini(xseg_t *xs, int call_driver)
 {
-    for (xblock *z = call_driver ? xs->moved : NULL; z; z = z->lnext)
-        xarena_unmap_old(xs, z->addr, z->addr + z->requested);
-    xs->moved = NULL;
+    for (xlist_node *n = call_driver ? xlist_first(&xs->moved) : NULL; n; n = xlist_next(n))
+        xarena_unmap_old(xs, xblk_of_lru(n)->addr, xblk_of_lru(n)->addr + xblk_of_lru(n)->requested);
+    xlist_init(&xs->moved);
     xs->unmapping_bytes = 0;
 }
 
@@ -805,7 +766,7 @@ static xseg_status ensure_mapped(xseg_t *xs, xblock *b, size_t request)
     size_t need = xarena_unmapped_bytes(xs, b->addr, b->addr + b->size);
     if (!need)
         return XSEG_OK;
-    if (xs->moved)
+    if (!xlist_empty(&xs->moved))
         xblk_moved_process(xs, 0);
     size_t limit = release_limit(xs);
     if (xs->cap < limit)

@@ -279,17 +279,18 @@ static int ck_lru(ck *c)
 {
     xseg_t *xs = c->xs;
     size_t n = 0;
-    xblock *prev = NULL;
-    for (xblock *b = xs->lru_head; b; prev = b, b = b->lnext) {
-        if (b->lprev != prev || !(b->flags & CK_LISTED) || !(b->flags & XB_LRU) ||
+    xlist_node *prev = NULL;
+    for (xlist_node *l = xlist_first(&xs->lru); l; prev = l, l = l->next) {
+        xblock *b = xblk_of_lru(l);
+        if (l->prev != prev || !(b->flags & CK_LISTED) || !(b->flags & XB_LRU) ||
             (b->flags & CK_LRU))
             return bad(c, "LRU holds listed XB_LRU blocks once", b, "flags %#x, lprev %p",
-                       b->flags, (void *)b->lprev);
+                       b->flags, (void *)l->prev);
         b->flags |= CK_LRU;
         n++;
     }
-    if (xs->lru_tail != prev)
-        return bad(c, "LRU tail", prev, "tail %p", (void *)xs->lru_tail);
+    if (xs->lru.last != prev)
+        return bad(c, "LRU tail", xblk_of_lru(prev), "tail %p", (void *)xs->lru.last);
     if (n != c->nlru)
         return bad(c, "XB_LRU blocks are in the LRU", NULL, "%zu flagged, %zu in the LRU",
                    c->nlru, n);
@@ -301,7 +302,8 @@ static int ck_moved(ck *c)
 {
     xseg_t *xs = c->xs;
     size_t n = 0, bytes = 0;
-    for (const xblock *z = xs->moved; z && n <= c->nmoved; z = z->lnext, n++) {
+    for (const xlist_node *l = xlist_first(&xs->moved); l && n <= c->nmoved; l = l->next, n++) {
+        const xblock *z = xblk_of_lru(l);
         if (!(z->flags & CK_LISTED) || (z->flags & ~CK_MARKS) != XB_MOVED || z->requested > z->size)
             return bad(c, "moved list holds XB_MOVED blocks", z, "flags %#x, old mapping %zu",
                        z->flags, z->requested);

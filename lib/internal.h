@@ -49,7 +49,7 @@ typedef struct xblock {
     size_t size;
     struct xblock *aprev, *anext; /* address order */
     struct xblock *fprev, *fnext; /* free-index bucket */
-    struct xblock *lprev, *lnext; /* LRU (oldest first) */
+    xlist_node lru;               /* in xs->lru (oldest first) or xs->moved */
     struct xstream *owner;        /* stream; NULL = neutral (no pending GPU use) */
     size_t requested;
     uint64_t epoch;               /* owner's epoch when freed */
@@ -61,6 +61,12 @@ typedef struct xblock {
      * since thread caches may read it at any time (tcache.c). */
     _Atomic uint64_t gen;
 } xblock;
+
+/* The block of an LRU or moved-list node (NULL for NULL). */
+static inline xblock *xblk_of_lru(const xlist_node *n)
+{
+    return n ? XLIST_ENTRY(n, xblock, lru) : NULL;
+}
 
 /* Two-level segregated free index (TLSF-like): O(1) good-fit search. */
 typedef struct xfreeidx {
@@ -158,7 +164,7 @@ struct xseg {
     size_t max_handle;    /* largest handle (auto policy) */
     xarena arena;
     xfreeidx neutral;     /* free blocks with no pending GPU use */
-    xblock *lru_head, *lru_tail;
+    xlist lru;            /* cached free blocks (xblock.lru), oldest first */
     uint64_t stamp;
     xseg_ptrmap live;     /* user address -> xblock* or (xslab* | 1) */
     xseg_ptrmap streams;  /* stream handle -> xstream* */
@@ -168,7 +174,7 @@ struct xseg {
     xstream *gone_streams; /* retired states still referred to (streams.c) */
     size_t ngone, gone_floor;
     xpending *pend_head, *pend_tail;
-    xblock *moved;        /* XB_MOVED blocks, linked by lnext */
+    xlist moved;          /* XB_MOVED blocks (xblock.lru) */
     size_t unmapping_bytes;   /* their old mappings (the driver maps these twice) */
     uint64_t moved_bytes;     /* bytes of handles ever moved */
     xblock *spare_blocks; /* recycled block records */

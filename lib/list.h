@@ -60,6 +60,36 @@ static inline void xlist_push_back(xlist *l, xlist_node *n)
     l->last = n;
 }
 
+/* Put n where old stands in l (old's links are cleared). */
+static inline void xlist_replace(xlist *l, xlist_node *old, xlist_node *n)
+{
+    n->prev = old->prev;
+    n->next = old->next;
+    if (n->prev)
+        n->prev->next = n;
+    else
+        l->first = n;
+    if (n->next)
+        n->next->prev = n;
+    else
+        l->last = n;
+    old->prev = old->next = NULL;
+}
+
+/* Move all of `front` (in its order) before the first node of l. */
+static inline void xlist_splice_front(xlist *l, xlist *front)
+{
+    if (!front->first)
+        return;
+    front->last->next = l->first;
+    if (l->first)
+        l->first->prev = front->last;
+    else
+        l->last = front->last;
+    l->first = front->first;
+    front->first = front->last = NULL;
+}
+
 /* Unlink n (a member of l); its links are cleared. */
 static inline void xlist_remove(xlist *l, xlist_node *n)
 {

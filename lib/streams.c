@@ -190,9 +190,9 @@ void xstream_settle_begin(xseg_t *xs, xstream *s)
 void xstream_settle_end(xseg_t *xs, xstream *s)
 {
     forget_uses(xs, s);
-    for (xblock *z = xs->moved; z; z = z->lnext)
-        if (z->owner == s)
-            z->owner = NULL;
+    for (xlist_node *n = xlist_first(&xs->moved); n; n = xlist_next(n))
+        if (xblk_of_lru(n)->owner == s)
+            xblk_of_lru(n)->owner = NULL;
 }
 
 static void unlink_live(xseg_t *xs, xstream *s)
