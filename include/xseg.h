@@ -157,6 +157,13 @@ XSEG_API xseg_status xseg_trim(xseg_t *xs, size_t keep, size_t *released);
 
 XSEG_API xseg_status xseg_get_stats(xseg_t *xs, xseg_stats *out);
 XSEG_API xseg_status xseg_reset_peak(xseg_t *xs);
+/* Where a driver call was made from: the thread of an entry point (the
+ * caller, who waits for it) or the allocator's worker thread. */
+typedef enum xseg_side { XSEG_SIDE_CALLER = 0, XSEG_SIDE_WORKER = 1 } xseg_side;
+/* *ns receives the nanoseconds spent in driver calls of `op` made from
+ * `side` since the allocator was created (op XSEG_OP_COUNT: every op).
+ * docs/stats.md. */
+XSEG_API xseg_status xseg_driver_time(xseg_t *xs, xseg_side side, xseg_op op, uint64_t *ns);
 /* Walk the allocator's internal invariants under its lock (block list,
  * free indexes, LRU, live map, slabs, page bitmap vs handle table,
  * counters, thread-cache held bits): XSEG_OK, or XSEG_ERR_INTERNAL with

@@ -310,6 +310,19 @@ xseg_status xseg_get_stats(xseg_t *xs, xseg_stats *out)
     return XSEG_OK;
 }
 
+xseg_status xseg_driver_time(xseg_t *xs, xseg_side side, xseg_op op, uint64_t *ns)
+{
+    CHECK_XS(xs);
+    if (!ns || (side != XSEG_SIDE_CALLER && side != XSEG_SIDE_WORKER) || (unsigned)op > XSEG_OP_COUNT)
+        return xseg_fail(xs, XSEG_ERR_INVALID_ARG,
+                         "xseg_driver_time: ns is NULL, or side %d (0 or 1) or op %d (0 to %d) "
+                         "is out of range", (int)side, (int)op, (int)XSEG_OP_COUNT);
+    xlock_lock(&xs->lock);
+    *ns = xdrv_ns(xs, side == XSEG_SIDE_CALLER ? XDRV_SIDE_CALLER : XDRV_SIDE_WORKER, (int)op);
+    xlock_unlock(&xs->lock);
+    return XSEG_OK;
+}
+
 xseg_status xseg_reset_peak(xseg_t *xs)
 {
     CHECK_XS(xs);

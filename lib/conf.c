@@ -361,6 +361,19 @@ static const char *parse_placement(const char *v, size_t n, void *f, const conf_
     return NULL;
 }
 
+/* off|h200, case-insensitive (host_driver_latency). */
+static const char *parse_latency(const char *v, size_t n, void *f, const conf_key *k)
+{
+    (void)k;
+    if (word_is(v, n, "off"))
+        *(int *)f = XSEG_LATENCY_OFF;
+    else if (word_is(v, n, "h200"))
+        *(int *)f = XSEG_LATENCY_H200;
+    else
+        return "unknown latency model";
+    return NULL;
+}
+
 /* ---- the table of keys -------------------------------------------------- */
 
 #define KEY(key, type, def, parse, min, max, expect) \

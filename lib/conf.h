@@ -30,6 +30,10 @@ typedef enum xseg_backend_kind {
  * size_t and the memfd's off_t, with room to round up to whole pages. */
 #define XSEG_HOST_CAPACITY_MAX ((size_t)1 << 60)
 
+/* host_driver_latency: the host backend's driver calls take no extra time,
+ * or the time of the CUDA driver's calls on an H200 (driver_host.h). */
+enum { XSEG_LATENCY_OFF = 0, XSEG_LATENCY_H200 = 1 };
+
 /* Where a request goes inside the free block chosen for it. */
 enum { XSEG_PLACE_START = 0, XSEG_PLACE_PAGES = 1 };
 
@@ -98,7 +102,9 @@ X(host_event_lag, unsigned, 0, count, 0, 1000000, "an integer from 0 to 1000000"
 /* auto threshold = peak live x (1 + this) */ \
 X(release_slack, double, 0.0, threshold, 0, 0, "a real number in [0, 1) such as 0.01") \
 /* XSEG_PLACE_START / XSEG_PLACE_PAGES */ \
-X(placement, int, XSEG_PLACE_START, placement, 0, 0, "start or pages")
+X(placement, int, XSEG_PLACE_START, placement, 0, 0, "start or pages") \
+/* XSEG_LATENCY_OFF / XSEG_LATENCY_H200 */ \
+X(host_driver_latency, int, XSEG_LATENCY_OFF, latency, 0, 0, "off or h200")
 /* clang-format on */
 
 #define XSEG_CONF_MEMBER(key, type, ...) type key;

@@ -51,7 +51,9 @@ enum {
  * contract, asked for by bit instead of by the table's identity. */
 enum {
     XDRV_CAP_EVENT_LAG = 1u << 0,           /* events can be made to lag (conf host_event_lag) */
-    XDRV_CAP_SIMULATED_CAPACITY = 1u << 1   /* init's capacity is simulated memory */
+    XDRV_CAP_SIMULATED_CAPACITY = 1u << 1,  /* init's capacity is simulated memory */
+    XDRV_CAP_LATENCY_MODEL = 1u << 2        /* calls can be made to take modelled time
+                                               (conf host_driver_latency) */
 };
 
 typedef struct xseg_driver {

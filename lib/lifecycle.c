@@ -53,6 +53,8 @@ static xseg_status open_driver(xseg_t *xs, int device)
     }
     if (xs->conf.host_event_lag && xdrv_has(xs, XDRV_CAP_EVENT_LAG))
         xseg_host_set_event_lag(xs->dctx, xs->conf.host_event_lag);
+    if (xs->conf.host_driver_latency == XSEG_LATENCY_H200 && xdrv_has(xs, XDRV_CAP_LATENCY_MODEL))
+        xseg_host_set_latency(xs->dctx, &xseg_host_latency_h200);
     size_t fr = 0, total = 0;
     rc = xdrv_mem_info(xs, &fr, &total);
     if (rc != XDRV_SUCCESS || total == 0)

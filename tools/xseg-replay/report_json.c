@@ -57,6 +57,29 @@ static void driver_calls(FILE *f, const xseg_replay_result *r)
     fputc('}', f);
 }
 
+/* Driver time: totals per side, then per side and op (keys with "_ns":
+ * tools/replay-figures leaves timings out of its comparison). */
+static void driver_time(FILE *f, const replay_report *rep)
+{
+    static const char *const side[2] = {"caller", "worker"};
+    uint64_t sum[2] = {0, 0};
+    for (int s = 0; s < 2; s++)
+        for (int op = 0; op < XSEG_OP_COUNT; op++)
+            sum[s] += rep->driver_ns[s][op];
+    u64(f, "driver_caller_ns", sum[0]);
+    u64(f, "driver_worker_ns", sum[1]);
+    key(f, "driver_ns_by_op");
+    fputc('{', f);
+    for (int s = 0; s < 2; s++) {
+        fprintf(f, "%s\"%s\":{", s ? "," : "", side[s]);
+        for (int op = 0; op < XSEG_OP_COUNT; op++)
+            fprintf(f, "%s\"%s\":%llu", op ? "," : "", xseg_op_name((xseg_op)op),
+                    (unsigned long long)rep->driver_ns[s][op]);
+        fputc('}', f);
+    }
+    fputc('}', f);
+}
+
 static void measurements(FILE *f, const replay_report *rep)
 {
     const xseg_replay_result *r = &rep->result;
@@ -71,6 +94,7 @@ static void measurements(FILE *f, const replay_report *rep)
     u64(f, "unmaps", r->unmaps);
     num(f, "map_unmap_per_1000_events", r->map_unmap_per_1000);
     driver_calls(f, r);
+    driver_time(f, rep);
     u64(f, "syncs", r->stats.syncs);
     u64(f, "moved_bytes", r->stats.moved_bytes);
     u64(f, "ooms", r->ooms);

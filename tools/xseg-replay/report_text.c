@@ -46,6 +46,16 @@ static void driver_calls(FILE *f, const xseg_replay_result *r)
     fprintf(f, "%s\n", any ? "" : " none");
 }
 
+static void driver_time(FILE *f, const replay_report *rep)
+{
+    uint64_t sum[2] = {0, 0};
+    for (int s = 0; s < 2; s++)
+        for (int op = 0; op < XSEG_OP_COUNT; op++)
+            sum[s] += rep->driver_ns[s][op];
+    fprintf(f, "  driver time: caller %.3f s, worker %.3f s\n", (double)sum[0] * 1e-9,
+            (double)sum[1] * 1e-9);
+}
+
 static void facts(FILE *f, const replay_report *rep)
 {
     const xseg_trace *t = rep->trace;
@@ -76,5 +86,6 @@ void report_text(FILE *f, const replay_report *rep, int w)
             r->map_unmap_per_1000, rep->backend[0] ? rep->backend : "-",
             rep->failed ? "  FAILED" : "");
     driver_calls(f, r);
+    driver_time(f, rep);
     facts(f, rep);
 }

@@ -42,8 +42,18 @@ static int load(const char *path, replay_report *rep)
     return 0;
 }
 
-/* One replay through a fresh allocator into *r. */
-static int replay_once(const replay_cli *c, replay_report *rep, xseg_replay_result *r)
+/* The allocator's driver time by side and op (xseg_driver_time). */
+static void driver_time(xseg_t *xs, uint64_t ns[2][XSEG_OP_COUNT])
+{
+    for (int side = 0; side < 2; side++)
+        for (int op = 0; op < XSEG_OP_COUNT; op++)
+            if (xseg_driver_time(xs, (xseg_side)side, (xseg_op)op, &ns[side][op]) != XSEG_OK)
+                ns[side][op] = 0;
+}
+
+/* One replay through a fresh allocator into *r, its driver time into ns. */
+static int replay_once(const replay_cli *c, replay_report *rep, xseg_replay_result *r,
+                       uint64_t ns[2][XSEG_OP_COUNT])
 {
     xseg_replay_opts opts = { c->verify, 1 };
     xseg_t *xs = NULL;
@@ -59,6 +69,7 @@ static int replay_once(const replay_cli *c, replay_report *rep, xseg_replay_resu
     }
     snprintf(rep->backend, sizeof rep->backend, "%s", xseg_backend_name(xs));
     st = xseg_replay_run(xs, rep->trace, &opts, r);
+    driver_time(xs, ns);
     xseg_destroy(xs);
     if (st == XSEG_OK)
         return 0;
@@ -71,15 +82,19 @@ static int replay_once(const replay_cli *c, replay_report *rep, xseg_replay_resu
 int run_trace(const replay_cli *c, const char *path, replay_report *rep)
 {
     static xseg_replay_result r; /* large: kept off the stack */
+    uint64_t ns[2][XSEG_OP_COUNT];
     memset(rep, 0, sizeof *rep);
     rep->path = path;
     if (load(path, rep) != 0)
         return -1;
     for (int i = 0; i < c->repeat; i++) {
-        int rc = replay_once(c, rep, &r);
+        memset(ns, 0, sizeof ns);
+        int rc = replay_once(c, rep, &r, ns);
         rep->repeats++;
-        if (rc != 0 || i == 0 || r.seconds < rep->result.seconds)
+        if (rc != 0 || i == 0 || r.seconds < rep->result.seconds) {
             rep->result = r;
+            memcpy(rep->driver_ns, ns, sizeof ns);
+        }
         if (rc != 0)
             return -1;
     }

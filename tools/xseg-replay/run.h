@@ -14,6 +14,7 @@ typedef struct replay_report {
     char backend[16];
     int repeats;                  /* replays done */
     xseg_replay_result result;    /* the fastest replay (or the failing one) */
+    uint64_t driver_ns[2][XSEG_OP_COUNT]; /* its driver time by xseg_side and op */
     int failed;                   /* load, allocator or replay failure */
     const char *stage;            /* what failed: "load", "allocator", "replay" */
     xseg_trace_error load_error;  /* stage "load" */
