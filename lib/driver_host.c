@@ -757,32 +757,32 @@ static uint64_t model_ns(xseg_host_cost k, uint64_t calls, size_t size)
     return (uint64_t)k.call_ns * calls + (uint64_t)k.per_2mib_ns * units_of(size);
 }
 
-/* Spend ns on this thread.  A spin on CLOCK_MONOTONIC (a vDSO read, tens
- * of ns) keeps microsecond figures exact; nanosleep would add the timer
- * slack (50 us by default), more than most of the figures themselves, and
- * a driver call is CPU time of the calling thread too. */
-static void spend(uint64_t ns)
+/* Spin on this thread until CLOCK_MONOTONIC reads `end`.  A spin (a vDSO
+ * clock read, tens of ns) keeps microsecond figures exact; nanosleep would
+ * add the timer slack (50 us by default), more than most of the figures,
+ * and a driver call is CPU time of the calling thread too. */
+static void spin_until(uint64_t end)
 {
-    if (!ns)
-        return;
-    uint64_t end = mono_ns() + ns;
     while (mono_ns() < end) {
     }
 }
 
-/* Run expr under the lock; on success spend the model's time for the cost
- * `field` of c->lat over `calls` calls (or handles) and `size` bytes, both
- * read under the lock before expr runs. */
+/* Run expr under the lock; on success the call lasts (at least) the
+ * model's time for the cost `field` of c->lat over `calls` calls (or
+ * handles) and `size` bytes, both read under the lock before expr runs:
+ * the backend's own work counts towards it, the rest is spun after the
+ * lock is given back. */
 #define LOCKED_TIMED(c, field, calls, size, expr)                   \
     do {                                                            \
         host_ctx *c_ = (c);                                         \
         pthread_mutex_lock(&c_->lock);                              \
         xseg_host_cost k_ = c_->lat.field;                          \
         uint64_t ns_ = k_.call_ns || k_.per_2mib_ns ? model_ns(k_, (calls), (size)) : 0; \
+        uint64_t t0_ = ns_ ? mono_ns() : 0;                         \
         int r_ = (expr);                                            \
         pthread_mutex_unlock(&c_->lock);                            \
-        if (r_ == XDRV_SUCCESS)                                     \
-            spend(ns_);                                             \
+        if (r_ == XDRV_SUCCESS && ns_)                              \
+            spin_until(t0_ + ns_);                                  \
         return r_;                                                  \
     } while (0)
 
