@@ -487,6 +487,8 @@ void xsmall_drop_stream(xseg_t *xs, xstream *s);
 
 /* ---- stats.c ---- */
 void xseg_fill_stats(xseg_t *xs, xseg_stats *st);
+/* Largest block of any free index (stats.c; a walk over the streams). */
+uint64_t xseg_largest_free(const xseg_t *xs);
 /* JSON of a stats struct into buf; returns the length needed (no NUL). */
 size_t xseg_render_json(const xseg_stats *s, const char *backend, char *buf, size_t cap);
 

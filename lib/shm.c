@@ -86,19 +86,6 @@ static void put_hot(xseg_t *xs, xseg_shm_record *r, uint64_t updates)
     put(r, XSF_DEFERRED, xs->deferred);
 }
 
-/* Largest free block, as xseg_fill_stats computes it: a walk of every
- * stream's free index, so only every 64th update pays it. */
-static uint64_t largest_free(const xseg_t *xs)
-{
-    size_t best = xfi_largest(&xs->neutral);
-    for (const xstream *st = xs->all_streams; st; st = st->next_all) {
-        size_t l = xfi_largest(&st->idx);
-        if (l > best)
-            best = l;
-    }
-    return best;
-}
-
 /* Every number of the public stats, filled by xseg_fill_stats itself (the
  * source of xseg_get_stats): after a driver call, trim, retry, GC run, cap
  * change or peak reset. */
@@ -140,7 +127,7 @@ void xseg_shm_update(xseg_t *xs)
     } else {
         put_hot(xs, r, n);
         if ((n & 63u) == 0)
-            put(r, XSF_LARGEST_FREE, largest_free(xs));
+            put(r, XSF_LARGEST_FREE, xseg_largest_free(xs)); /* every 64th update */
     }
     atomic_store_explicit(&r->seq, s + 2, memory_order_release);
 }

@@ -23,7 +23,9 @@ static void raise_peak(xcnt *c, xseg_counter *shown)
     }
 }
 
-static uint64_t largest_free(const xseg_t *xs)
+/* The largest free block of any free index (neutral and every stream's):
+ * a walk over the streams, so callers on frequent paths ration it. */
+uint64_t xseg_largest_free(const xseg_t *xs)
 {
     size_t m = xfi_largest(&xs->neutral);
     for (const xstream *s = xs->all_streams; s; s = s->next_all) {
@@ -66,7 +68,7 @@ void xseg_fill_stats(xseg_t *xs, xseg_stats *st)
         xs->cached_peak = cached;
     s.cached_bytes = (xseg_counter){cached, xs->cached_peak, xs->released + cached};
     memcpy(s.driver_calls, xs->drv_calls, sizeof s.driver_calls);
-    s.largest_free_block = largest_free(xs);
+    s.largest_free_block = xseg_largest_free(xs);
     s.mapped_cap = xs->cap == SIZE_MAX ? 0 : xs->cap;
     s.page_size = xs->arena.page;
     size_t n = st->size < sizeof s ? st->size : sizeof s;
