@@ -1,11 +1,14 @@
 /* support_common.c: helpers shared by the Check suites (see the header). */
 #include "support_common.h"
 
+#include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <spawn.h>
+#include <sys/wait.h>
 
 #include "internal.h"
 
@@ -101,6 +104,52 @@ int t_faults(const void *p)
     sigaction(SIGSEGV, &old_segv, NULL);
     sigaction(SIGBUS, &old_bus, NULL);
     return faulted;
+}
+
+void t_fill_words(uintptr_t va, size_t size, unsigned seed)
+{
+    uint32_t *p = (uint32_t *)va;
+    for (size_t i = 0; i < size / 4; i += 1024)
+        p[i] = seed * 2654435761u + (uint32_t)i;
+}
+
+int t_check_words(uintptr_t va, size_t size, unsigned seed)
+{
+    const uint32_t *p = (const uint32_t *)va;
+    for (size_t i = 0; i < size / 4; i += 1024)
+        if (p[i] != seed * 2654435761u + (uint32_t)i)
+            return 0;
+    return 1;
+}
+
+int t_all_zero(uintptr_t va, size_t size)
+{
+    const uint64_t *p = (const uint64_t *)va;
+    for (size_t i = 0; i < size / 8; i++)
+        if (p[i])
+            return 0;
+    return 1;
+}
+
+extern char **environ;
+
+int t_spawn(char *const argv[], const char *errpath, char *err, size_t errcap)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, errpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    pid_t pid;
+    ck_assert_int_eq(posix_spawn(&pid, argv[0], &fa, NULL, argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    int st = 0;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    FILE *f = fopen(errpath, "rb");
+    size_t n = f ? fread(err, 1, errcap - 1, f) : 0;
+    err[n] = '\0';
+    if (f)
+        fclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 int t_run(Suite *s)

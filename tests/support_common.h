@@ -26,8 +26,19 @@ void *t_host_ctx(xseg_t *xs);
 void t_fill(void *p, size_t n, uint32_t seed);
 int t_check(const void *p, size_t n, uint32_t seed);
 
+/* Driver-level patterns over a mapped range: a word from `seed` every
+ * 4 KiB (write, check), and whether every byte reads 0. */
+void t_fill_words(uintptr_t va, size_t size, unsigned seed);
+int t_check_words(uintptr_t va, size_t size, unsigned seed);
+int t_all_zero(uintptr_t va, size_t size);
+
 /* 1 if reading the byte at p faults (SIGSEGV/SIGBUS), 0 if it reads. */
 int t_faults(const void *p);
+
+/* Run a program (argv[0], the path) with stdout to /dev/null and stderr into
+ * the file errpath; returns its exit status, or 128 + the signal that ended
+ * it, and copies at most errcap - 1 bytes of its stderr into err. */
+int t_spawn(char *const argv[], const char *errpath, char *err, size_t errcap);
 
 /* Run a Check suite with CK_NORMAL output; returns the process exit code. */
 int t_run(Suite *s);

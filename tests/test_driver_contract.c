@@ -48,6 +48,7 @@
 #include "driver.h"
 #include "driver_cuda.h"
 #include "driver_host.h"
+#include "support_common.h"
 #include "support_fault.h"
 
 #define MIB ((size_t)1 << 20)
@@ -200,31 +201,6 @@ static void cpu_usable(uintptr_t va, int yes)
     ck_assert_int_eq(faults((volatile char *)va, 0), !yes);
 }
 
-static void fill(uintptr_t va, size_t size, unsigned seed)
-{
-    uint32_t *p = (uint32_t *)va;
-    for (size_t i = 0; i < size / 4; i += 1024)
-        p[i] = seed * 2654435761u + (uint32_t)i;
-}
-
-static int check_fill(uintptr_t va, size_t size, unsigned seed)
-{
-    const uint32_t *p = (const uint32_t *)va;
-    for (size_t i = 0; i < size / 4; i += 1024)
-        if (p[i] != seed * 2654435761u + (uint32_t)i)
-            return 0;
-    return 1;
-}
-
-static int all_zero(uintptr_t va, size_t size)
-{
-    const uint64_t *p = (const uint64_t *)va;
-    for (size_t i = 0; i < size / 8; i++)
-        if (p[i])
-            return 0;
-    return 1;
-}
-
 /* create + map + set_access of one handle of `size` at va */
 static uint64_t map_new(uintptr_t va, size_t size)
 {
@@ -355,8 +331,8 @@ START_TEST(c_map_order)
     cpu_usable(va + 3 * G, 0);
     if (F->host) {
         ck_assert(faults((volatile char *)(va + 3 * G), 1));
-        fill(va + G, 2 * G, 7);
-        ck_assert(check_fill(va + G, 2 * G, 7));
+        t_fill_words(va + G, 2 * G, 7);
+        ck_assert(t_check_words(va + G, 2 * G, 7));
         xseg_host_counts c = counts();
         ck_assert_uint_eq(c.handles, 1);
         ck_assert_uint_eq(c.handle_bytes, 2 * G);
@@ -374,7 +350,7 @@ START_TEST(c_map_order)
     OK(D->map(C, va, 2 * G, h));
     OK(D->set_access(C, va, 2 * G));
     if (F->host)
-        ck_assert(check_fill(va, 2 * G, 7));
+        ck_assert(t_check_words(va, 2 * G, 7));
     OK(D->unmap(C, va, 2 * G));
     OK(D->release(C, h));
     OK(D->address_free(C, va, 4 * G));
@@ -394,13 +370,13 @@ START_TEST(c_two_views)
     OK(D->reserve(C, 8 * G, &va));
     uint64_t h = map_new(va, 2 * G);
     if (F->host)
-        fill(va, 2 * G, 1);
+        t_fill_words(va, 2 * G, 1);
     OK(D->map(C, va + 4 * G, 2 * G, h));
     OK(D->set_access(C, va + 4 * G, 2 * G));
     if (F->host) {
-        ck_assert(check_fill(va + 4 * G, 2 * G, 1));
-        fill(va + 4 * G, 2 * G, 2);
-        ck_assert(check_fill(va, 2 * G, 2));
+        ck_assert(t_check_words(va + 4 * G, 2 * G, 1));
+        t_fill_words(va + 4 * G, 2 * G, 2);
+        ck_assert(t_check_words(va, 2 * G, 2));
         ck_assert_uint_eq(counts().mappings, 2);
         ck_assert_uint_eq(counts().handles, 1);
     }
@@ -409,13 +385,13 @@ START_TEST(c_two_views)
     OK(D->map(C, va + 2 * G, 2 * G, h));
     OK(D->set_access(C, va + 2 * G, 2 * G));
     if (F->host)
-        ck_assert(check_fill(va + 2 * G, 2 * G, 2));
+        ck_assert(t_check_words(va + 2 * G, 2 * G, 2));
     uint64_t h2 = map_new(va + 6 * G, 2 * G);
     ck_assert(h2 != h);
     if (F->host) {
-        ck_assert(all_zero(va + 6 * G, 2 * G));
-        fill(va + 6 * G, 2 * G, 3);
-        ck_assert(check_fill(va + 2 * G, 2 * G, 2));
+        ck_assert(t_all_zero(va + 6 * G, 2 * G));
+        t_fill_words(va + 6 * G, 2 * G, 3);
+        ck_assert(t_check_words(va + 2 * G, 2 * G, 2));
     }
     unmap_release(va + 2 * G, 2 * G, h);
     unmap_release(va + 6 * G, 2 * G, h2);
@@ -462,14 +438,14 @@ START_TEST(c_release_mapped)
     uint64_t h = map_new(va, G);
     OK(D->map(C, va + 2 * G, G, h));
     if (F->host)
-        fill(va, G, 4);
+        t_fill_words(va, G, 4);
     OK(D->release(C, h));
     if (F->strict) {
         FAILS(D->release(C, h), XDRV_INVALID_HANDLE);
         FAILS(D->map(C, va + G, G, h), XDRV_INVALID_HANDLE);
     }
     if (F->host) {
-        ck_assert(check_fill(va, G, 4));
+        ck_assert(t_check_words(va, G, 4));
         ck_assert_uint_eq(counts().handle_bytes, G); /* still held */
     }
     OK(D->unmap(C, va, G));
@@ -477,7 +453,7 @@ START_TEST(c_release_mapped)
         ck_assert_uint_eq(counts().handle_bytes, G); /* one map left */
     OK(D->set_access(C, va + 2 * G, G));
     if (F->host)
-        ck_assert(check_fill(va + 2 * G, G, 4));
+        ck_assert(t_check_words(va + 2 * G, G, 4));
     OK(D->unmap(C, va + 2 * G, G));
     if (F->host) {
         ck_assert_uint_eq(counts().handle_bytes, 0);
@@ -485,7 +461,7 @@ START_TEST(c_release_mapped)
     }
     uint64_t h2 = map_new(va, G);
     if (F->host)
-        ck_assert(all_zero(va, G)); /* the range was given back, not reused dirty */
+        ck_assert(t_all_zero(va, G)); /* the range was given back, not reused dirty */
     unmap_release(va, G, h2);
     OK(D->address_free(C, va, 4 * G));
 }
@@ -520,7 +496,7 @@ START_TEST(c_invalid_sizes)
     OK(D->map(C, va + G, 2 * G, h));
     OK(D->set_access(C, va + G, 2 * G));
     if (F->host)
-        fill(va + G, 2 * G, 9);
+        t_fill_words(va + G, 2 * G, 9);
     FAILS(D->map(C, va + G, G, h2), XDRV_INVALID_VALUE);           /* already mapped */
     FAILS(D->map(C, va + 2 * G, G, h2), XDRV_INVALID_VALUE);       /* overlaps */
     FAILS(D->set_access(C, va, 2 * G), XDRV_INVALID_VALUE);        /* half mapped */
@@ -531,7 +507,7 @@ START_TEST(c_invalid_sizes)
     /* nothing changed: the map holds its data, the other handle maps once */
     if (F->host) {
         ck_assert(xseg_host_is_accessible(C, va + G));
-        ck_assert(check_fill(va + G, 2 * G, 9));
+        ck_assert(t_check_words(va + G, 2 * G, 9));
     }
     OK(D->map(C, va + 3 * G, G, h2));
     OK(D->create(C, G, &h3));

@@ -21,6 +21,7 @@
 
 #include "driver.h"
 #include "driver_host.h"
+#include "support_common.h"
 
 #define G ((size_t)2 << 20)
 #define MIB ((size_t)1 << 20)
@@ -84,31 +85,6 @@ static int find_memfd(void)
     }
     closedir(d);
     return found;
-}
-
-static void fill(uintptr_t va, size_t size, unsigned seed)
-{
-    uint32_t *p = (uint32_t *)va;
-    for (size_t i = 0; i < size / 4; i += 1024)
-        p[i] = seed * 2654435761u + (uint32_t)i;
-}
-
-static int check_fill(uintptr_t va, size_t size, unsigned seed)
-{
-    const uint32_t *p = (const uint32_t *)va;
-    for (size_t i = 0; i < size / 4; i += 1024)
-        if (p[i] != seed * 2654435761u + (uint32_t)i)
-            return 0;
-    return 1;
-}
-
-static int all_zero(uintptr_t va, size_t size)
-{
-    const uint64_t *p = (const uint64_t *)va;
-    for (size_t i = 0; i < size / 8; i++)
-        if (p[i])
-            return 0;
-    return 1;
 }
 
 /* reserve + create + map + set_access of one handle of `size` at va+off */
@@ -186,8 +162,8 @@ START_TEST(t_capacity)
     ck_assert_int_eq(D->create(ctx, 2 * G, &h[4]), XDRV_SUCCESS);
     ck_assert_int_eq(D->map(ctx, va, 2 * G, h[4]), XDRV_SUCCESS);
     ck_assert_int_eq(D->set_access(ctx, va, 2 * G), XDRV_SUCCESS);
-    fill(va, 2 * G, 5);
-    ck_assert(check_fill(va, 2 * G, 5));
+    t_fill_words(va, 2 * G, 5);
+    ck_assert(t_check_words(va, 2 * G, 5));
     ck_assert_int_eq(D->create(ctx, G, &spare), XDRV_OUT_OF_MEMORY);
     unmap_release(ctx, va, 2 * G, h[4]);
     ck_assert_int_eq(D->release(ctx, h[0]), XDRV_SUCCESS);
@@ -216,7 +192,7 @@ START_TEST(t_punch_hole)
     ck_assert_int_eq(fstat(fd, &st), 0);
     ck_assert_int_eq(st.st_blocks, 0);
     h = map_new(ctx, va, 2 * G);
-    ck_assert(all_zero(va, 2 * G));
+    ck_assert(t_all_zero(va, 2 * G));
     unmap_release(ctx, va, 2 * G, h);
     ck_assert_int_eq(D->address_free(ctx, va, 2 * G), XDRV_SUCCESS);
     D->fini(ctx);

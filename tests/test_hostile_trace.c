@@ -17,8 +17,6 @@
 
 #define REPLAY XSEG_BINARY_DIR "/tools/xseg-replay/xseg-replay"
 
-extern char **environ;
-
 typedef struct outcome {
     int status;       /* exit status, or 128 + signal */
     char err[2048];   /* what it wrote on stderr */
@@ -40,34 +38,15 @@ static void write_file(const char *path, const char *data, size_t n)
     fclose(f);
 }
 
-static void read_file(const char *path, char *buf, size_t cap)
-{
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
-    buf[n] = '\0';
-    if (f)
-        fclose(f);
-}
-
 /* Run xseg-replay on one trace file. */
 static outcome replay(const char *trace)
 {
     outcome o = {0, ""};
     char errpath[300];
     snprintf(errpath, sizeof errpath, "%s/stderr", dir);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 2, errpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     char *argv[] = {REPLAY, "--conf", "backend:host,host_capacity:1GB", "--verify",
                     (char *)trace, NULL};
-    pid_t pid;
-    ck_assert_int_eq(posix_spawn(&pid, REPLAY, &fa, NULL, argv, environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    int st = 0;
-    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-    o.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    read_file(errpath, o.err, sizeof o.err);
+    o.status = t_spawn(argv, errpath, o.err, sizeof o.err);
     return o;
 }
 

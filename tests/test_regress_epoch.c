@@ -5,7 +5,7 @@
  * index with T's epoch, and reclaim waited for an epoch S never reaches:
  * trim(0) left memory mapped with nothing allocated, and the OOM ladder
  * failed with 0 B in use.  Deterministic (barriers, no timing): the
- * scenario of /work/shared/repro/trim_stuck_epoch.c.  The block walk
+ * scenario of the hostile-testing reproducer trim_stuck_epoch.c (issue 19).  The block walk
  * checks the invariant itself: a neutral free block carries no epoch and a
  * stream's free block none beyond the stream's own. */
 #include <pthread.h>

@@ -21,8 +21,6 @@
 
 #define RECORD XSEG_BINARY_DIR "/tools/xseg-record/xseg-record"
 
-extern char **environ;
-
 typedef struct outcome {
     int status;      /* exit status, or 128 + signal */
     char err[4096];  /* what it wrote on stderr */
@@ -68,15 +66,6 @@ static const char *write_text(const char *name, const char *text)
     return write_trace(name, text, strlen(text));
 }
 
-static void read_file(const char *path, char *buf, size_t cap)
-{
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
-    buf[n] = '\0';
-    if (f)
-        fclose(f);
-}
-
 /* Run xseg-record with argv[1..] = args (NULL-terminated). */
 static outcome record(const char *const *args)
 {
@@ -89,18 +78,7 @@ static outcome record(const char *const *args)
         n++;
     }
     argv[n] = NULL;
-    const char *errpath = path_in("stderr");
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 2, errpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    pid_t pid;
-    ck_assert_int_eq(posix_spawn(&pid, RECORD, &fa, NULL, argv, environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    int st = 0;
-    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-    o.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    read_file(errpath, o.err, sizeof o.err);
+    o.status = t_spawn(argv, path_in("stderr"), o.err, sizeof o.err);
     return o;
 }
 
