@@ -494,7 +494,8 @@ def run_train_ckpt_qwen2(torch, seed):
     cfg = make_config(tf.Qwen2Config, "sdpa", **kw)
     model = build(torch, tf.Qwen2ForCausalLM, cfg, torch.float32, seed).train()
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    on = bool(getattr(model, "is_gradient_checkpointing", False))
+    on = bool(getattr(model, "is_gradient_checkpointing", False)) or any(
+        getattr(m, "gradient_checkpointing", False) is True for m in model.modules())
     if not on:
         raise RuntimeError("gradient checkpointing did not turn on")
     params = list(model.parameters())

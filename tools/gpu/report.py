@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """report.py: turns the GPU benchmark's raw JSON lines into the deliverables:
 results.json (everything, with the machine and the command), results.csv
-(one row per measurement), tables.md (the side-by-side tables and the
-targets of issue 3) and bench.png (growth time and device memory per trace;
-an SVG by hand when matplotlib is missing).
+(one row per measurement), tables.md (the side-by-side tables, the
+targets of issue 3 and, when gpu-check replayed it, the workload corpus:
+rows marked "corpus":true) and bench.png (growth time and device memory
+per shared trace; an SVG by hand when matplotlib is missing).
 
 usage: report.py RAW.jsonl STAGES.tsv ENV.txt OUTDIR COMMAND...
 """
@@ -125,7 +126,7 @@ def replay_table(rows):
 
 
 def traces_of(rows):
-    return sorted({r["trace"] for r in rows if r.get("test") == "replay"})
+    return sorted({r["trace"] for r in rows if r.get("test") == "replay" and not r.get("corpus")})
 
 
 def short(trace):
@@ -190,6 +191,79 @@ def drv_table(rows):
     return out
 
 
+CORPUS_ALLOCS = ["xseg", "async", "torch", "torch-exp"]
+
+
+def drv_cell(r):
+    """xseg's driver calls in the timed pass, the non-zero kinds."""
+    if "drv_map" not in r:
+        return "-"
+    calls = ["%s %s" % (k, r["drv_" + k]) for k in DRV if r.get("drv_" + k)]
+    return ", ".join(calls) if calls else "none"
+
+
+def replay_time(r):
+    if r["partial"]:
+        return "%.1f (stopped after %d of %d events)" % (r["replay_s"], r["events_done"],
+                                                         r["events"])
+    return "%.3f" % r["replay_s"]
+
+
+def corpus_by_trace(corpus):
+    """{trace: {alloc: row}} of the corpus replays."""
+    out = {}
+    for r in corpus:
+        if r.get("test") == "replay":
+            out.setdefault(r["trace"], {})[r["alloc"]] = r
+    return dict(sorted(out.items()))
+
+
+def corpus_table(corpus):
+    lines = ["| trace | allocator | peak live (GB) | peak device (GB) | ratio | replay (s) | "
+             "driver calls | OOMs |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for trace, got in corpus_by_trace(corpus).items():
+        for a in CORPUS_ALLOCS:
+            r = got.get(a)
+            if r is None:
+                lines.append("| %s | %s | n/a | | | | | |" % (short(trace), LABEL[a]))
+                continue
+            dev, ratio = honest(r)
+            lines.append("| %s | %s | %.3f | %.3f | %.3f | %s | %s | %d |" % (
+                short(trace), LABEL[a], r["peak_live_bytes"] / 1e9, dev / 1e9, ratio,
+                replay_time(r), drv_cell(r), r["ooms"]))
+    return lines
+
+
+def corpus_targets(corpus):
+    """Issue 13's figures per corpus trace: xseg's ratio <= 1.01 and below
+    every peer's, its replay time <= PyTorch native's."""
+    out = ["| trace | xseg ratio <= 1.01 | below every peer (best peer) | "
+           "xseg replay <= PyTorch native's |", "| --- | --- | --- | --- |"]
+    for trace, got in corpus_by_trace(corpus).items():
+        x, t = got.get("xseg"), got.get("torch")
+        if x is None:
+            out.append("| %s | n/a | n/a | n/a |" % short(trace))
+            continue
+        xr = honest(x)[1]
+        peers = [(honest(got[a])[1], LABEL[a]) for a in CORPUS_ALLOCS[1:] if a in got]
+        best = min(peers) if peers else None
+        out.append("| %s | %.3f: %s | %s | %s |" % (
+            short(trace), xr, verdict(xr <= 1.01),
+            "n/a" if best is None else "%s (%.3f, %s)" % (verdict(xr < best[0]), best[0],
+                                                         best[1]),
+            "n/a" if t is None else "%s (%.3f s vs %.3f s)" % (
+                verdict(x["replay_s"] <= t["replay_s"]), x["replay_s"], t["replay_s"])))
+    return out
+
+
+def corpus_section(corpus):
+    return ["## Workload corpus (tools/traces/corpus)", "",
+            "Each trace through each allocator in its own process (`bench --test replay`); "
+            "peak device and ratio measured as in the trace replay table; driver calls: "
+            "xseg's, in the timed pass.", ""] + corpus_table(corpus) + [
+            "", "### Corpus targets (issue 13)", ""] + corpus_targets(corpus) + [""]
+
+
 def diag_table(rows):
     got = pick(rows, "diag-stream")
     out = ["| allocator | survived |", "| --- | --- |"]
@@ -207,6 +281,8 @@ def env_of(rows):
 
 
 def markdown(rows, meta, stages):
+    corpus = [r for r in rows if r.get("corpus")]
+    rows = [r for r in rows if not r.get("corpus")]  # every table above the corpus's
     e = env_of(rows)
     L = ["# GPU benchmark results", "",
          "GPU: %s (compute capability %s, %s multiprocessors, %.1f GiB); driver %s, "
@@ -231,11 +307,13 @@ def markdown(rows, meta, stages):
     L += ["## xseg's driver calls", "",
           "Timed replay pass; first grow + give back of each growth case.", ""]
     L += drv_table(rows) + [""]
+    if corpus:
+        L += corpus_section(corpus)
     L += ["## Diagnostic: a stream destroyed after its cached block was freed", ""]
     L += diag_table(rows) + [""]
     L += ["## Stages", "", "| stage | status | seconds |", "| --- | --- | --- |"]
     L += ["| %s | %s | %s |" % (s["stage"], s["status"], s["seconds"]) for s in stages]
-    for r in rows:
+    for r in rows + corpus:
         if r.get("error"):
             L.append("")
             L.append("- %s %s: %s" % (r["alloc"], r["test"], r["error"]))
@@ -357,11 +435,12 @@ def main(argv):
     write_csv([r for r in rows if r.get("test") != "env"], os.path.join(outdir, "results.csv"))
     md = markdown(rows, meta, stages)
     open(os.path.join(outdir, "tables.md"), "w").write(md)
+    shared = [r for r in rows if not r.get("corpus")]
     try:
-        plot_png(rows, os.path.join(outdir, "bench.png"))
+        plot_png(shared, os.path.join(outdir, "bench.png"))
     except Exception as exc:  # no matplotlib, or nothing to draw
         print("report.py: PNG plot failed (%s): writing bench.svg" % exc)
-        plot_svg(rows, os.path.join(outdir, "bench.svg"))
+        plot_svg(shared, os.path.join(outdir, "bench.svg"))
     print(md)
 
 
