@@ -65,9 +65,9 @@ def build(torch, cls, config, dtype, seed):
     return model
 
 
-def token_ids(torch, seed, shape, vocab, low=3):
+def token_ids(torch, seed, shape, vocab, low=3, device="cuda"):
     g = torch.Generator().manual_seed(seed)
-    return torch.randint(low, vocab, shape, generator=g).cuda()
+    return torch.randint(low, vocab, shape, generator=g).to(device)
 
 
 def n_params(model):
@@ -144,25 +144,28 @@ def run_serve_dynamic_kv(torch, seed):
 
 PAGED = dict(hidden=2048, inter=5632, layers=22, heads=32, kv_heads=4, vocab=32000,
              block=16, blocks=8192, max_running=32, requests=48, max_steps=400,
-             prefills_per_step=2)
+             prefills_per_step=2, prompt=(16, 1536), new=(16, 160))
 
 
 class PagedLM:
     """A Llama-shaped decoder of plain tensors whose KV cache is a pool of
-    fixed-size blocks per layer, addressed through block tables."""
+    fixed-size blocks per layer, addressed through block tables.  (`dev`
+    and `dtype`: cuda and bf16 here; the unit test runs a tiny one on the
+    CPU in fp32.)"""
 
-    def __init__(self, torch, seed, d):
-        self.torch, self.F, self.d = torch, torch.nn.functional, d
+    def __init__(self, torch, seed, d, dev="cuda", dtype=None):
+        self.torch, self.F, self.d, self.dev = torch, torch.nn.functional, d, dev
+        dtype = self.dtype = dtype or torch.bfloat16
         self.hd = d["hidden"] // d["heads"]
-        g = torch.Generator(device="cuda")
+        g = torch.Generator(device=dev)
         g.manual_seed(seed)
 
         def w(rows, cols):
-            return torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16,
+            return torch.randn(rows, cols, device=dev, dtype=dtype,
                                generator=g).mul_(0.02)
 
         def ones():
-            return torch.ones(d["hidden"], device="cuda", dtype=torch.bfloat16)
+            return torch.ones(d["hidden"], device=dev, dtype=dtype)
 
         qkv = (d["heads"] + 2 * d["kv_heads"]) * self.hd
         self.embed = w(d["vocab"], d["hidden"])
@@ -171,11 +174,11 @@ class PagedLM:
                             wd=w(d["inter"], d["hidden"])) for _ in range(d["layers"])]
         self.norm, self.head = ones(), w(d["hidden"], d["vocab"])
         shape = (d["blocks"], d["block"], d["kv_heads"], self.hd)
-        self.k_cache = [torch.zeros(shape, device="cuda", dtype=torch.bfloat16)
+        self.k_cache = [torch.zeros(shape, device=dev, dtype=dtype)
                         for _ in range(d["layers"])]
-        self.v_cache = [torch.zeros(shape, device="cuda", dtype=torch.bfloat16)
+        self.v_cache = [torch.zeros(shape, device=dev, dtype=dtype)
                         for _ in range(d["layers"])]
-        self.inv_freq = 1.0 / (10000.0 ** (torch.arange(0, self.hd, 2, device="cuda",
+        self.inv_freq = 1.0 / (10000.0 ** (torch.arange(0, self.hd, 2, device=dev,
                                                         dtype=torch.float32) / self.hd))
 
     def rmsnorm(self, x, w):
@@ -185,7 +188,7 @@ class PagedLM:
 
     def rope_tables(self, positions):
         f = positions.float()[:, None] * self.inv_freq[None, :]
-        return f.cos().to(self.torch.bfloat16)[:, None, :], f.sin().to(self.torch.bfloat16)[:, None, :]
+        return f.cos().to(self.dtype)[:, None, :], f.sin().to(self.dtype)[:, None, :]
 
     def rope(self, x, cos, sin):
         h = x.shape[-1] // 2
@@ -220,7 +223,7 @@ class PagedLM:
         torch, d = self.torch, self.d
         b, nblk = tables.shape
         s, rep = nblk * d["block"], d["heads"] // d["kv_heads"]
-        mask = (torch.arange(s, device="cuda")[None, :] < ctx_lens[:, None])[:, None, None, :]
+        mask = (torch.arange(s, device=self.dev)[None, :] < ctx_lens[:, None])[:, None, None, :]
 
         def attend(i, q, k, v):
             kc = self.k_cache[i][tables].reshape(b, s, d["kv_heads"], self.hd)
@@ -248,14 +251,14 @@ class PagedServer:
     def __init__(self, torch, lm, seed):
         self.torch, self.lm, self.d, self.seed = torch, lm, lm.d, seed
         rng = random.Random(seed)
-        self.reqs = [(rng.randint(16, 1536), rng.randint(16, 160))
+        self.reqs = [(rng.randint(*self.d["prompt"]), rng.randint(*self.d["new"]))
                      for _ in range(self.d["requests"])]
         self.free = list(range(self.d["blocks"]))[::-1]  # pop() hands out block 0 first
-        self.waiting, self.running = list(range(len(self.reqs))), []
+        self.waiting, self.running, self.done = list(range(len(self.reqs))), [], []
         self.stats = {"steps": 0, "prefills": 0, "decoded_tokens": 0, "max_batch": 0}
 
     def cuda(self, values):
-        return self.torch.tensor(values, dtype=self.torch.int64).cuda()
+        return self.torch.tensor(values, dtype=self.torch.int64).to(self.lm.dev)
 
     def slot(self, r, pos):
         return r["blocks"][pos // self.d["block"]] * self.d["block"] + pos % self.d["block"]
@@ -271,12 +274,13 @@ class PagedServer:
             rid = self.waiting.pop(0)
             r = {"id": rid, "ctx": plen, "left": out_len,
                  "blocks": [self.free.pop() for _ in range((plen + bs - 1) // bs)]}
-            ids = token_ids(self.torch, self.seed + 1000 + rid, (plen,), self.d["vocab"])
-            x = self.lm.forward(ids, self.torch.arange(plen, device="cuda"),
+            ids = token_ids(self.torch, self.seed + 1000 + rid, (plen,), self.d["vocab"],
+                            device=self.lm.dev)
+            x = self.lm.forward(ids, self.torch.arange(plen, device=self.lm.dev),
                                 self.cuda([self.slot(r, p) for p in range(plen)]),
                                 self.lm.attend_prefill)
             r["next"] = self.lm.next_tokens(x[-1:])[0]
-            r["left"] -= 1
+            r["left"], r["out"] = r["left"] - 1, [r["next"]]
             self.running.append(r)
             self.stats["prefills"] += 1
             del x, ids
@@ -293,11 +297,13 @@ class PagedServer:
                             self.cuda([self.slot(r, r["ctx"]) for r in run]), attend)
         for r, t in zip(run, self.lm.next_tokens(x)):
             r["next"], r["ctx"], r["left"] = t, r["ctx"] + 1, r["left"] - 1
+            r["out"].append(t)
         self.stats["decoded_tokens"] += len(run)
         self.stats["max_batch"] = max(self.stats["max_batch"], len(run))
         for r in run:
             if r["left"] <= 0:  # finished: its blocks go back to the pool
                 self.free.extend(reversed(r["blocks"]))
+                self.done.append({"id": r["id"], "out": r["out"]})
         self.running = [r for r in run if r["left"] > 0]
 
     def serve(self):

@@ -3,8 +3,10 @@ tools/gpu/corpus_tools.py (allocator history -> xseg-trace v1 lines, ids
 reused, streams numbered, peak live; trace files; the peers table),
 tools/gpu/corpus_table.py, tools/gpu/capture_corpus.py's parent and child
 driven through a fake `torch` package, report.py's corpus table (the rows
-tools/gpu-check marks "corpus":true) and tools/ci/corpus-ratios against
-xseg-replay (when the build has it) on synthetic traces."""
+tools/gpu-check marks "corpus":true), tools/ci/corpus-ratios against
+xseg-replay (when the build has it) on synthetic traces, and, where torch
+is importable, the hand-written paged-KV server on the CPU (tokens equal
+to a full recompute, every block back in the pool)."""
 import contextlib
 import gc
 import io
@@ -377,6 +379,82 @@ class ReportTest(unittest.TestCase):
                 gc.collect()
             self.assertIn("Corpus targets", Path(d, "tables.md").read_text())
             self.assertIn("corpus", Path(d, "results.csv").read_text().splitlines()[0])
+
+
+def have_torch():
+    try:
+        import torch  # noqa: F401
+        return True
+    except Exception:  # noqa: BLE001 (any broken install counts as none)
+        return False
+
+
+def math_sdpa(torch):
+    """scaled_dot_product_attention for a torch without it (1.x)."""
+    def sdpa(q, k, v, attn_mask=None, is_causal=False):
+        s = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+        if is_causal:
+            n, m = s.shape[-2:]
+            s = s.masked_fill(torch.ones(n, m, dtype=torch.bool).tril().logical_not(),
+                              float("-inf"))
+        if attn_mask is not None:
+            s = s.masked_fill(attn_mask.logical_not(), float("-inf"))
+        return s.softmax(-1) @ v
+    return sdpa
+
+
+@unittest.skipUnless(have_torch(), "torch is not importable")
+class PagedServerTest(unittest.TestCase):
+    """corpus_workloads' vLLM-like server, tiny, on the CPU in fp32."""
+
+    D = dict(hidden=32, inter=64, layers=2, heads=4, kv_heads=2, vocab=50, block=4,
+             blocks=256, max_running=3, requests=7, max_steps=500, prefills_per_step=2,
+             prompt=(3, 13), new=(2, 9))
+
+    def setUp(self):
+        import torch
+        self.torch = torch
+        self.patched = not hasattr(torch.nn.functional, "scaled_dot_product_attention")
+        if self.patched:
+            torch.nn.functional.scaled_dot_product_attention = math_sdpa(torch)
+
+    def tearDown(self):
+        if self.patched:
+            del self.torch.nn.functional.scaled_dot_product_attention
+
+    def reference(self, lm, seed, rid, plen, out):
+        """The tokens again, each from the whole sequence (no cache read),
+        written to blocks the server never used."""
+        import corpus_workloads as cw
+        torch, b = self.torch, self.D["block"]
+        seq = cw.token_ids(torch, seed + 1000 + rid, (plen,), self.D["vocab"], device="cpu")
+        got = []
+        for _ in out:
+            n = seq.shape[0]
+            slots = torch.arange(200 * b, 200 * b + n)
+            x = lm.forward(seq, torch.arange(n), slots, lm.attend_prefill)
+            got.append(lm.next_tokens(x[-1:])[0])
+            seq = torch.cat([seq, torch.tensor([got[-1]])])
+        return got
+
+    def test_tokens_match_full_recompute(self):
+        import corpus_workloads as cw
+        torch = self.torch
+        lm = cw.PagedLM(torch, 5, self.D, dev="cpu", dtype=torch.float32)
+        server = cw.PagedServer(torch, lm, 5)
+        with torch.no_grad():
+            stats = server.serve()
+            self.assertEqual(stats["unfinished"], 0)
+            self.assertEqual(stats["prefills"], self.D["requests"])
+            self.assertEqual(stats["max_batch"], self.D["max_running"])
+            self.assertEqual(sorted(server.free), list(range(self.D["blocks"])))
+            self.assertEqual(len(server.done), self.D["requests"])
+            for r in server.done:
+                plen, new = server.reqs[r["id"]]
+                self.assertEqual(len(r["out"]), new)
+                self.assertEqual(r["out"], self.reference(lm, 5, r["id"], plen, r["out"]),
+                                 "request %d" % r["id"])
+        self.assertEqual(stats["decoded_tokens"], sum(n for _, n in server.reqs) - 7)
 
 
 @unittest.skipUnless(replay_binary(), "xseg-replay not built next to XSEG_LIBRARY")
