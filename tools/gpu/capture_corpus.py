@@ -192,7 +192,7 @@ def child(args):
         res["error"] = "%s: %s" % (type(e).__name__, e)
         res["traceback"] = traceback.format_exc()[-6000:]
     with open(args.child_json, "w") as f:
-        json.dump(res, f)
+        json.dump(res, f, default=str)  # (a workload fact that is not JSON: its text)
     return rc
 
 
