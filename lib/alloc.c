@@ -23,6 +23,7 @@ xblock *xblock_new(xseg_t *xs)
 
 void xblock_put(xseg_t *xs, xblock *b)
 {
+    b->flags = 0; /* a stale pointer to a spare record never reads as free */
     b->fnext = xs->spare_blocks;
     xs->spare_blocks = b;
 }
@@ -134,22 +135,109 @@ static xblock *coalesce(xseg_t *xs, xblock *b, int to_lru)
 
 static xblock *make_neutral(xseg_t *xs, xblock *b, int to_lru);
 
+/* ---- release jobs for the reclaim worker (worker.c) ----
+ * With a worker running (and under its bound), the whole handles inside a
+ * free block the GPU is done with leave the arena's tables at once and their
+ * range is carved out as an XB_RELEASING block, out of every index, so that
+ * nothing is placed there; the worker unmaps and releases them off the
+ * caller's thread.  The memory stays counted in mapped_bytes until it is
+ * released, so every peak is honest. */
+
+static void back_to_neutral(xseg_t *xs, xblock *z, int to_lru);
+static xblock *carve_at(xseg_t *xs, xblock *b, uintptr_t at, size_t size, xstream *s);
+
+/* job->done: under xs->lock, after the worker's calls. */
+static int release_done(xseg_t *xs, xrelease *job)
+{
+    int again = 0;
+    for (uint32_t i = 0; i < job->n; i++) {
+        xrel_handle *h = &job->h[i];
+        if (h->state == XREL_UNMAP_FAILED && job->tries + 1 < 3) {
+            h->state = XREL_TODO; /* tried again by the worker */
+            again = 1;
+            continue;
+        }
+        if (h->state == XREL_TODO)
+            continue; /* settled already */
+        if (h->state != XREL_RELEASED)
+            xs->wk_failed = h->rc ? h->rc : 1;
+        xarena_settle(xs, h);
+        h->state = XREL_TODO;
+        h->bytes = 0;
+    }
+    if (again) {
+        job->tries++;
+        xs->wk_retries++;
+        /* settled handles must not be settled twice: drop them */
+        uint32_t k = 0;
+        for (uint32_t i = 0; i < job->n; i++)
+            if (job->h[i].bytes)
+                job->h[k++] = job->h[i];
+        job->n = k;
+        return 0;
+    }
+    xblock *z = job->z;
+    xlist_remove(&xs->releasing, &z->lru);
+    xs->wk_jobs++;
+    back_to_neutral(xs, z, !xarena_all_unmapped(xs, z->addr, z->addr + z->size));
+    return 1; /* stats_shm shows it at the next publication */
+}
+
+/* Hand the whole handles inside free block b (up to `want` bytes) to the
+ * worker; returns the bytes handed over (0: none, or no host memory). */
+static size_t release_async(xseg_t *xs, xblock *b, size_t want)
+{
+    xrelease *job = calloc(1, sizeof *job);
+    if (!job)
+        return 0;
+    uintptr_t lo, hi;
+    size_t got = xarena_detach_inside(xs, b->addr, b->addr + b->size, want, job, &lo, &hi);
+    if (!got) {
+        free(job->h);
+        free(job);
+        return 0;
+    }
+    xblock *z = carve_at(xs, b, lo, hi - lo, NULL);
+    z->flags = XB_RELEASING;
+    z->epoch = 0;
+    z->requested = 0;
+    xlist_push_back(&xs->releasing, &z->lru);
+    job->z = z;
+    job->done = release_done;
+    xworker_push(xs, job);
+    return got;
+}
+
+/* Release whole handles inside free block b: through the worker when it
+ * takes the job (async set by the caller), else here. */
+static size_t release_inside(xseg_t *xs, xblock *b, size_t want, int *err)
+{
+    if (xs->rel_async && xworker_takes(xs)) {
+        size_t got = release_async(xs, b, want);
+        if (got)
+            return got;
+    }
+    return xarena_release_inside(xs, b->addr, b->addr + b->size, want, err);
+}
+
 /* Unmap whole handles inside a free block (at least `want` bytes, or all)
  * once the GPU is done with it.  A block left with nothing to release
  * leaves the LRU and becomes neutral.  Returns bytes released. */
 static size_t reclaim_block(xseg_t *xs, xblock *b, size_t want, int *refused)
 {
     int err = 0;
-    size_t got = xarena_release_inside(xs, b->addr, b->addr + b->size, want, &err);
+    size_t got = release_inside(xs, b, want, &err);
     *refused = err;
-    if (err || got >= want)
-        return got; /* refused, or enough: the rest stays cached */
+    if (err || got >= want || (b->flags & XB_RELEASING))
+        return got; /* refused, enough (the rest stays cached), or all sent to the worker */
     lru_remove(xs, b);
     if (b->owner) {
         b = make_neutral(xs, b, 0);
         /* Pages shared with neutral neighbours are whole inside it now. */
-        got += xarena_release_inside(xs, b->addr, b->addr + b->size, want - got, &err);
+        got += release_inside(xs, b, want - got, &err);
         *refused = err;
+        if (b->flags & XB_RELEASING)
+            return got;
         if ((err || got >= want) && !(b->flags & XB_LRU))
             lru_push(xs, b); /* may still hold mapped pages: stays reclaimable */
     }
@@ -180,6 +268,14 @@ size_t xseg_reclaim(xseg_t *xs, size_t want, int block)
     for (xlist_node *n = xlist_first(&skipped); n; n = xlist_next(n))
         xblk_of_lru(n)->flags |= XB_LRU;
     xlist_splice_front(&xs->lru, &skipped);
+    return got;
+}
+
+size_t xseg_reclaim_async(xseg_t *xs, size_t want, int block)
+{
+    xs->rel_async = 1;
+    size_t got = xseg_reclaim(xs, want, block);
+    xs->rel_async = 0;
     return got;
 }
 
@@ -512,7 +608,22 @@ static int fit_extend(xseg_t *xs, xfit *f)
     return 1;
 }
 
-/* 5. The neutral block. */
+/* 5. The neutral block needs new pages, while the reserve mapped ahead at
+ * the growth frontier (premap) holds the request mapped: the reserve. */
+static int fit_reserve(xseg_t *xs, xfit *f)
+{
+    xblock *r = xs->reserve, *n = f->neutral;
+    if (!r || !n || n == r || !(r->flags & XB_FREE) || r->owner || r->size < f->size ||
+        r->addr + r->size != xs->arena.base + xs->arena.size ||
+        !xarena_all_mapped(xs, r->addr, r->addr + f->size))
+        return 0;
+    uintptr_t pn = place(xs, n, f->size);
+    if (xarena_all_mapped(xs, pn, pn + f->size))
+        return 0;
+    return take(xs, f, r, r->addr, NULL, 0);
+}
+
+/* 6. The neutral block. */
 static int fit_neutral(xseg_t *xs, xfit *f)
 {
     xblock *n = f->neutral;
@@ -520,7 +631,7 @@ static int fit_neutral(xseg_t *xs, xfit *f)
 }
 
 static int (*const fit_strategies[])(xseg_t *, xfit *) = {
-    fit_own, fit_adopt, fit_stretch, fit_extend, fit_neutral,
+    fit_own, fit_adopt, fit_stretch, fit_extend, fit_reserve, fit_neutral,
 };
 
 /* The candidates of f's request (page alignment needs no padding: every
@@ -597,14 +708,16 @@ static xseg_status make_room(xseg_t *xs, size_t need, size_t request)
     if (limit == SIZE_MAX)
         return XSEG_OK;
     if (after > limit)
-        after -= xseg_reclaim(xs, after - limit, 0);
+        after -= xseg_reclaim_async(xs, after - limit, 0);
     if (after > limit && xs->conf.release_wait) {
         /* What is left is cached memory the GPU may still use: wait for
          * it rather than go over the threshold. */
-        xseg_reclaim(xs, after - limit, 1);
+        xseg_reclaim_async(xs, after - limit, 1);
     }
     return XSEG_OK;
 }
+
+static xblock *frontier_after(const xseg_t *xs, const xblock *b);
 
 /* ---- splitting large handles ----
  * A large handle that the new block b only partly covers is split (see
@@ -653,8 +766,10 @@ static void split_large(xseg_t *xs, xblock *b, xstream *from, uint64_t epoch)
     uintptr_t a = b->addr, e = b->addr + b->size, hs[2], he[2];
     size_t pa = (a - ar->base) >> ar->shift, pb = (e - 1 - ar->base) >> ar->shift;
     int can[2];
+    const xblock *r = frontier_after(xs, b);
     for (int i = 0; i < 2; i++)
         can[i] = straddling(ar, i ? pb : pa, pa, pb, &hs[i], &he[i]) &&
+                 !(r && he[i] > r->addr) && /* the reserve's run serves the growth after b */
                  !(i && can[0] && hs[1] == hs[0]) && /* the same handle at both edges */
                  others_free(xs, b, hs[i], he[i], 0);
     if (!can[0] && !can[1])
@@ -800,6 +915,75 @@ static xblock *find_after_flush(xseg_t *xs, xfit *f)
     return find_block(xs, f);
 }
 
+/* ---- premap: the growth frontier mapped ahead ----
+ * A block that grows the arena at its frontier (the free space after it
+ * runs to the arena's end) maps, with its own pages, the pages after it in
+ * the fewest large handles: the reserve.  The next growths find their pages
+ * mapped there (fit_reserve) and call no driver function, and sequential
+ * growth maps one handle per reserve instead of one per page.  The reserve
+ * is memory over the live bytes: premap:auto holds at most 1/256 of the
+ * peak of allocated bytes (4 MiB at least, 1 GiB at most), premap:SIZE at
+ * most SIZE, within the cap; it is cached memory like any other (reclaim
+ * and trim give it back). */
+
+#define XSEG_PREMAP_MIN ((size_t)4 << 20)
+#define XSEG_PREMAP_MAX ((size_t)1 << 30)
+
+/* The most that may be mapped ahead now (0: premap is off). */
+size_t xseg_premap_budget(const xseg_t *xs)
+{
+    size_t c = xs->conf.premap;
+    if (c == XSEG_PREMAP_OFF || !xs->conf.caching)
+        return 0;
+    if (c == XSEG_SIZE_AUTO) {
+        c = xs->peak_alloc_ever / 256;
+        c = c < XSEG_PREMAP_MIN ? XSEG_PREMAP_MIN : c > XSEG_PREMAP_MAX ? XSEG_PREMAP_MAX : c;
+    }
+    return c / xs->arena.page * xs->arena.page;
+}
+
+/* The trailing free block after b, when it is neutral and runs to the
+ * arena's end (b stands at the growth frontier); NULL otherwise. */
+static xblock *frontier_after(const xseg_t *xs, const xblock *b)
+{
+    xblock *r = b->anext;
+    return neutral_free(r) && r->addr + r->size == xs->arena.base + xs->arena.size ? r : NULL;
+}
+
+/* Map ahead of block b when it grew the frontier: up to the budget (less
+ * what is mapped there already), within the cap.  A failure is no error:
+ * the reserve is an optimisation. */
+static void premap_after(xseg_t *xs, xblock *b)
+{
+    xblock *r = frontier_after(xs, b);
+    size_t budget = xseg_premap_budget(xs), p = xs->arena.page;
+    if (!r || !budget)
+        return;
+    xs->reserve = r;
+    uintptr_t lo = (r->addr + p - 1) & ~(uintptr_t)(p - 1);
+    if (lo >= r->addr + r->size)
+        return;
+    size_t room = r->addr + r->size - lo;
+    size_t ahead = budget < room ? budget : room;
+    ahead = ahead / p * p;
+    if (!ahead)
+        return;
+    size_t need = xarena_unmapped_bytes(xs, lo, lo + ahead);
+    if (need < ahead / 2)
+        return; /* still half full: map again when it runs low */
+    if (xs->cap != SIZE_MAX && xs->mapped.cur + need > xs->cap)
+        return;
+    size_t limit = release_limit(xs);
+    if (limit != SIZE_MAX && xs->mapped.cur + need > limit + budget)
+        return; /* the reserve is bounded: at most the budget over the threshold */
+    size_t before = xs->mapped.cur;
+    if (xarena_premap(xs, lo, lo + ahead) != XSEG_OK)
+        xseg_clear_error(); /* the allocation itself succeeded */
+    xs->premapped += xs->mapped.cur - before;
+    if (xs->mapped.cur > before && !(r->flags & XB_LRU))
+        lru_push(xs, r); /* cached memory: reclaim and trim find it */
+}
+
 xseg_status xblk_alloc(xseg_t *xs, xstream *s, size_t size, size_t request, xblock **out)
 {
     xfit f = {.s = s, .size = size};
@@ -826,6 +1010,8 @@ xseg_status xblk_alloc(xseg_t *xs, xstream *s, size_t size, size_t request, xblo
         coalesce(xs, b, 1);
         return st;
     }
+    if (frontier_after(xs, b))
+        premap_after(xs, b);
     *out = b;
     return XSEG_OK;
 }
@@ -849,5 +1035,9 @@ void xblk_free(xseg_t *xs, xblock *b)
     int refused, now = xs->conf.release_threshold == XSEG_RELEASE_NOW; /* release_threshold:0 */
     if ((!xs->conf.caching || now) &&
         (!b->owner || xstream_done(xs, b->owner, b->epoch, !xs->conf.caching || xs->conf.release_wait)))
+    {
+        xs->rel_async = 1;
         reclaim_block(xs, b, SIZE_MAX, &refused); /* a refusal leaves it cached */
+        xs->rel_async = 0;
+    }
 }

@@ -98,6 +98,7 @@ static void escalate(xseg_t *xs, unsigned attempt)
     xpending_process(xs, attempt >= 2);
     xseg_drop_empty_slabs(xs);
     xseg_reclaim(xs, SIZE_MAX, 1);
+    xworker_drain_locked(xs); /* what the worker still holds is released too */
 }
 
 xseg_status xseg_set_oom_callback(xseg_t *xs, xseg_oom_callback cb, void *user)
@@ -287,14 +288,29 @@ xseg_status xseg_trim(xseg_t *xs, size_t keep, size_t *released)
     xseg_drop_empty_slabs(xs);
     xarena_release_orphans(xs); /* handles whose release failed before */
     size_t cached = xs->mapped.cur > xs->allocated.cur ? xs->mapped.cur - xs->allocated.cur : 0;
+    if (xs->releasing_bytes < cached)
+        cached -= xs->releasing_bytes; /* already on their way back */
+    else
+        cached = 0;
     if (cached > keep)
-        xseg_reclaim(xs, cached - keep, 1);
+        xseg_reclaim_async(xs, cached - keep, 1);
+    xworker_drain_locked(xs); /* trim returns once the memory is back */
     if (released)
         *released = (size_t)(xs->released - before);
+    xseg_status st = XSEG_OK;
+    if (xs->wk_failed) {
+        char b1[32];
+        st = xseg_fail(xs, XSEG_ERR_DRIVER,
+                       "xseg_trim: the reclaim worker's driver calls failed (%s); the handles "
+                       "concerned stay mapped (or are released again later); mapped %s",
+                       xdrv_error_name(xs, xs->wk_failed),
+                       xseg_fmt_size(xs->mapped.cur, b1, sizeof b1));
+        xs->wk_failed = 0;
+    }
     xseg_hist(xs, XEV_TRIM, 0, (size_t)(xs->released - before), NULL);
     xseg_shm(xs);
     xlock_unlock(&xs->lock);
-    return XSEG_OK;
+    return st;
 }
 
 xseg_status xseg_get_stats(xseg_t *xs, xseg_stats *out)

@@ -159,15 +159,25 @@ void xarena_release_orphans(xseg_t *xs)
     ar->norphans = kept;
 }
 
-/* Map pages [p0, p1), all unmapped, then one set_access over the run. */
-static xseg_status map_run(xseg_t *xs, size_t p0, size_t p1, size_t request)
+/* Pages per handle of a premapped run: the largest power of two that
+ * fits what is left, up to max_handle. */
+static size_t premap_pages(const xseg_t *xs, size_t remaining)
+{
+    size_t most = xs->max_handle >> xs->arena.shift;
+    size_t r = pow2_floor(remaining);
+    return most && r > most ? pow2_floor(most) : r;
+}
+
+/* Map pages [p0, p1), all unmapped, then one set_access over the run.
+ * premap: a run mapped ahead of demand (premap_pages, XH_PREMAP). */
+static xseg_status map_run(xseg_t *xs, size_t p0, size_t p1, size_t request, int premap)
 {
     xarena *ar = &xs->arena;
     size_t p = p0;
     int rc = XDRV_SUCCESS;
     xseg_op failed = XSEG_OP_CREATE;
     while (p < p1) {
-        size_t n = handle_pages(xs, request, p1 - p);
+        size_t n = premap ? premap_pages(xs, p1 - p) : handle_pages(xs, request, p1 - p);
         size_t bytes = n << ar->shift;
         uint32_t slot = handle_slot(ar);
         if (!slot) {
@@ -191,7 +201,7 @@ static xseg_status map_run(xseg_t *xs, size_t p0, size_t p1, size_t request)
             handle_slot_put(ar, slot);
             break;
         }
-        ar->handles[slot] = (xhandle){h, (uint32_t)p, (uint32_t)n};
+        ar->handles[slot] = (xhandle){h, (uint32_t)p, (uint32_t)n, premap ? XH_PREMAP : 0};
         for (size_t i = p; i < p + n; i++)
             ar->page_handle[i] = slot;
         xbm_set(ar->mapped_bits, p, p + n, 1);
@@ -217,7 +227,7 @@ static xseg_status map_run(xseg_t *xs, size_t p0, size_t p1, size_t request)
                      xseg_fmt_size(xs->mapped.cur, b2, sizeof b2));
 }
 
-xseg_status xarena_ensure(xseg_t *xs, uintptr_t a, uintptr_t b, size_t request)
+static xseg_status ensure_runs(xseg_t *xs, uintptr_t a, uintptr_t b, size_t request, int premap)
 {
     xarena *ar = &xs->arena;
     size_t p0 = (a - ar->base) >> ar->shift;
@@ -225,12 +235,28 @@ xseg_status xarena_ensure(xseg_t *xs, uintptr_t a, uintptr_t b, size_t request)
     size_t p = xbm_next(ar->mapped_bits, p0, p1, 0);
     while (p < p1) {
         size_t q = xbm_next(ar->mapped_bits, p, p1, 1);
-        xseg_status st = map_run(xs, p, q, request);
+        xseg_status st = map_run(xs, p, q, request, premap);
         if (st != XSEG_OK)
             return st;
         p = xbm_next(ar->mapped_bits, q, p1, 0);
     }
     return XSEG_OK;
+}
+
+xseg_status xarena_ensure(xseg_t *xs, uintptr_t a, uintptr_t b, size_t request)
+{
+    return ensure_runs(xs, a, b, request, 0);
+}
+
+xseg_status xarena_premap(xseg_t *xs, uintptr_t a, uintptr_t b)
+{
+    return ensure_runs(xs, a, b, b - a, 1);
+}
+
+int xarena_premapped(const xseg_t *xs, size_t p)
+{
+    const xarena *ar = &xs->arena;
+    return ar->page_handle[p] && (ar->handles[ar->page_handle[p]].flags & XH_PREMAP);
 }
 
 int xarena_all_mapped(const xseg_t *xs, uintptr_t a, uintptr_t b)
@@ -239,6 +265,14 @@ int xarena_all_mapped(const xseg_t *xs, uintptr_t a, uintptr_t b)
     size_t p0 = (a - ar->base) >> ar->shift;
     size_t p1 = ((b - 1 - ar->base) >> ar->shift) + 1;
     return xbm_next(ar->mapped_bits, p0, p1, 0) == p1;
+}
+
+int xarena_all_unmapped(const xseg_t *xs, uintptr_t a, uintptr_t b)
+{
+    const xarena *ar = &xs->arena;
+    size_t p0 = (a - ar->base) >> ar->shift;
+    size_t p1 = ((b - 1 - ar->base) >> ar->shift) + 1;
+    return xbm_next(ar->mapped_bits, p0, p1, 1) == p1;
 }
 
 size_t xarena_unmapped_bytes(const xseg_t *xs, uintptr_t a, uintptr_t b)
@@ -432,4 +466,88 @@ void xarena_fini(xseg_t *xs, int call_driver)
     free(ar->handle_free);
     free(ar->orphans);
     memset(ar, 0, sizeof *ar);
+}
+
+/* ---- release jobs of the reclaim worker (alloc.c builds them) ---- */
+
+static int job_add(xrelease *job, uintptr_t va, size_t bytes, uint64_t drv)
+{
+    if (job->n == job->cap) {
+        uint32_t cap = job->cap ? job->cap * 2 : 8;
+        xrel_handle *h = realloc(job->h, cap * sizeof *h);
+        if (!h)
+            return 0;
+        job->h = h;
+        job->cap = cap;
+    }
+    job->h[job->n++] = (xrel_handle){va, bytes, drv, XREL_TODO, 0};
+    job->bytes += bytes;
+    return 1;
+}
+
+size_t xarena_detach_inside(xseg_t *xs, uintptr_t a, uintptr_t b, size_t limit, xrelease *job,
+                            uintptr_t *lo, uintptr_t *hi)
+{
+    xarena *ar = &xs->arena;
+    size_t q0 = ((a - ar->base) + ar->page - 1) >> ar->shift;
+    size_t q1 = (b - ar->base) >> ar->shift;
+    size_t p = q0 < q1 ? xbm_next(ar->mapped_bits, q0, q1, 1) : q1, taken = 0;
+    size_t first = q1, last = q1;
+    while (p < q1 && taken < limit) {
+        uint32_t slot = ar->page_handle[p];
+        xhandle h = ar->handles[slot];
+        size_t end = (size_t)h.first_page + h.npages;
+        if (h.first_page >= q0 && end <= q1) {
+            size_t bytes = (size_t)h.npages << ar->shift;
+            if (!job_add(job, ar->base + ((uintptr_t)h.first_page << ar->shift), bytes, h.drv))
+                break; /* no host memory: the rest stays mapped */
+            memset(&ar->page_handle[h.first_page], 0, h.npages * sizeof(uint32_t));
+            xbm_set(ar->mapped_bits, h.first_page, end, 0);
+            handle_slot_put(ar, slot);
+            xs->releasing_bytes += bytes;
+            xs->releasing_handles++;
+            if (first == q1)
+                first = h.first_page;
+            last = end;
+            taken += bytes;
+        }
+        p = end < q1 ? xbm_next(ar->mapped_bits, end, q1, 1) : q1;
+    }
+    *lo = ar->base + ((uintptr_t)first << ar->shift);
+    *hi = ar->base + ((uintptr_t)last << ar->shift);
+    return taken;
+}
+
+/* Put a handle whose unmap failed back into the tables (still mapped). */
+static void attach_again(xseg_t *xs, const xrel_handle *r)
+{
+    xarena *ar = &xs->arena;
+    size_t p = (r->va - ar->base) >> ar->shift, n = r->bytes >> ar->shift;
+    uint32_t slot = handle_slot(ar);
+    if (!slot) { /* no host memory for the table: keep it for release at least */
+        orphan_keep(xs, r->drv);
+        xcnt_sub(&xs->mapped, r->bytes);
+        return;
+    }
+    ar->handles[slot] = (xhandle){r->drv, (uint32_t)p, (uint32_t)n, 0};
+    for (size_t i = p; i < p + n; i++)
+        ar->page_handle[i] = slot;
+    xbm_set(ar->mapped_bits, p, p + n, 1);
+}
+
+void xarena_settle(xseg_t *xs, const xrel_handle *r)
+{
+    xs->releasing_bytes -= r->bytes;
+    xs->releasing_handles--;
+    if (r->state == XREL_UNMAP_FAILED) {
+        attach_again(xs, r);
+        return;
+    }
+    xseg_hist(xs, XEV_UNMAP, r->va, r->bytes, NULL);
+    if (r->state == XREL_RELEASED)
+        xcnt_sub(&xs->handles, 1);
+    else
+        orphan_keep(xs, r->drv); /* counted in handles until released */
+    xcnt_sub(&xs->mapped, r->bytes);
+    xs->released += r->bytes;
 }

@@ -374,6 +374,41 @@ static const char *parse_latency(const char *v, size_t n, void *f, const conf_ke
     return NULL;
 }
 
+/* auto|off, or a size (premap; 0 is off too). */
+static const char *parse_premap(const char *v, size_t n, void *f, const conf_key *k)
+{
+    size_t s;
+    const char *why;
+    (void)k;
+    if (word_is(v, n, "auto")) {
+        *(size_t *)f = XSEG_SIZE_AUTO;
+        return NULL;
+    }
+    if (word_is(v, n, "off") || word_is(v, n, "none")) {
+        *(size_t *)f = XSEG_PREMAP_OFF;
+        return NULL;
+    }
+    if ((why = scan_size(v, n, &s)) != NULL)
+        return why;
+    *(size_t *)f = s <= XSEG_PREMAP_OFF ? XSEG_PREMAP_OFF : s;
+    return NULL;
+}
+
+/* auto|sync|worker, case-insensitive (reclaim). */
+static const char *parse_reclaim(const char *v, size_t n, void *f, const conf_key *k)
+{
+    (void)k;
+    if (word_is(v, n, "auto"))
+        *(int *)f = XSEG_RECLAIM_AUTO;
+    else if (word_is(v, n, "sync"))
+        *(int *)f = XSEG_RECLAIM_SYNC;
+    else if (word_is(v, n, "worker"))
+        *(int *)f = XSEG_RECLAIM_WORKER;
+    else
+        return "unknown reclaim mode";
+    return NULL;
+}
+
 /* ---- the table of keys -------------------------------------------------- */
 
 #define KEY(key, type, def, parse, min, max, expect) \

@@ -2,6 +2,7 @@
  * through here, counted, timed per side, checked against the contract's
  * preconditions in XSEG_DEBUG builds, and open to one fault hook.
  * Called with xs->lock held, as the driver contract requires. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,9 +43,26 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* Time spent in op: the worker's own counter, or the shared one. */
+static void add_ns(xseg_t *xs, xseg_op op, uint64_t ns)
+{
+    if (t_side == XDRV_SIDE_WORKER)
+        xs->drvb.wk.ns[op] += ns;
+    else
+        xs->drvb.ns[t_side][op] += ns;
+}
+
 /* Count a finished call of op (XDRV_NOT_READY is an answer, not a failure). */
 static int count_call(xseg_t *xs, xseg_op op, int rc)
 {
+    if (t_side == XDRV_SIDE_WORKER) {
+        xs->drvb.wk.calls[op]++;
+        if (rc != XDRV_SUCCESS && rc != XDRV_NOT_READY) {
+            xs->drvb.wk.errors++;
+            xs->drvb.wk.last_rc = rc;
+        }
+        return rc;
+    }
     xs->drv_calls[op]++;
     xs->drvb.calls_side[t_side]++;
     if (rc != XDRV_SUCCESS && rc != XDRV_NOT_READY) {
@@ -68,7 +86,7 @@ static int fault_code(xseg_op op)
         if (rc_ == XDRV_SUCCESS) {                                  \
             uint64_t t0_ = now_ns();                                \
             rc_ = (call);                                           \
-            (xs)->drvb.ns[t_side][op] += now_ns() - t0_;            \
+            add_ns((xs), (op), now_ns() - t0_);                     \
         }                                                           \
         return count_call((xs), (op), rc_);                     \
     } while (0)
@@ -93,20 +111,34 @@ static int granules(const xseg_t *xs, uintptr_t va, size_t size, size_t *g0, siz
     return 1;
 }
 
+/* The shadow is shared with the worker thread: its own mutex. */
+static void shadow_lock(const xseg_t *xs, int take)
+{
+    pthread_mutex_t *m = xs->drvb.shadow_mu;
+    if (m)
+        (take ? pthread_mutex_lock : pthread_mutex_unlock)(m);
+}
+
 /* Every granule of the range is mapped (want 1) or unmapped (want 0). */
 static int shadow_all(const xseg_t *xs, uintptr_t va, size_t size, int want)
 {
     size_t g0, g1;
     if (!aligned(xs, va, size) || !granules(xs, va, size, &g0, &g1))
         return 0;
-    return xbm_next(xs->drvb.shadow, g0, g1, !want) == g1;
+    shadow_lock(xs, 1);
+    int ok = xbm_next(xs->drvb.shadow, g0, g1, !want) == g1;
+    shadow_lock(xs, 0);
+    return ok;
 }
 
 static void shadow_set(xseg_t *xs, uintptr_t va, size_t size, int v)
 {
     size_t g0, g1;
-    if (granules(xs, va, size, &g0, &g1))
-        xbm_set(xs->drvb.shadow, g0, g1, v);
+    if (!granules(xs, va, size, &g0, &g1))
+        return;
+    shadow_lock(xs, 1);
+    xbm_set(xs->drvb.shadow, g0, g1, v);
+    shadow_lock(xs, 0);
 }
 
 static void shadow_open(xseg_t *xs, uintptr_t va, size_t size)
@@ -116,12 +148,20 @@ static void shadow_open(xseg_t *xs, uintptr_t va, size_t size)
         return; /* one reservation per allocator is shadowed */
     size_t n = size / b->gran;
     b->shadow = calloc((n + 63) / 64 + 1, sizeof(uint64_t));
+    b->shadow_mu = malloc(sizeof(pthread_mutex_t));
+    if (b->shadow_mu)
+        pthread_mutex_init(b->shadow_mu, NULL);
     b->base = va;
     b->size = size;
 }
 
 static void shadow_close(xseg_t *xs)
 {
+    if (xs->drvb.shadow_mu) {
+        pthread_mutex_destroy(xs->drvb.shadow_mu);
+        free(xs->drvb.shadow_mu);
+        xs->drvb.shadow_mu = NULL;
+    }
     free(xs->drvb.shadow);
     xs->drvb.shadow = NULL;
     xs->drvb.base = 0;
@@ -174,7 +214,7 @@ int xdrv_reserve(xseg_t *xs, size_t size, uintptr_t *va)
     if (rc == XDRV_SUCCESS) {
         uint64_t t0 = now_ns();
         rc = xs->drv->reserve(xs->dctx, size, va);
-        xs->drvb.ns[t_side][XSEG_OP_RESERVE] += now_ns() - t0;
+        add_ns(xs, XSEG_OP_RESERVE, now_ns() - t0);
         if (rc == XDRV_SUCCESS)
             shadow_open(xs, *va, size);
     }
@@ -190,7 +230,7 @@ int xdrv_address_free(xseg_t *xs, uintptr_t va, size_t size)
     if (rc == XDRV_SUCCESS) {
         uint64_t t0 = now_ns();
         rc = xs->drv->address_free(xs->dctx, va, size);
-        xs->drvb.ns[t_side][XSEG_OP_ADDRESS_FREE] += now_ns() - t0;
+        add_ns(xs, XSEG_OP_ADDRESS_FREE, now_ns() - t0);
 #ifdef XSEG_DEBUG
         if (rc == XDRV_SUCCESS && va == xs->drvb.base)
             shadow_close(xs);
@@ -222,7 +262,7 @@ static int mapping_call(xseg_t *xs, xseg_op op, uintptr_t va, size_t size, uint6
             rc = xs->drv->unmap(xs->dctx, va, size);
         else
             rc = xs->drv->set_access(xs->dctx, va, size);
-        xs->drvb.ns[t_side][op] += now_ns() - t0;
+        add_ns(xs, op, now_ns() - t0);
         if (rc == XDRV_SUCCESS && op != XSEG_OP_SET_ACCESS)
             shadow_set(xs, va, size, op == XSEG_OP_MAP);
     }
@@ -288,6 +328,19 @@ const char *xdrv_name(const xseg_t *xs) { return xs->drv->name; }
 const char *xdrv_error_name(const xseg_t *xs, int rc) { return xs->drv->error_name(rc); }
 
 unsigned xdrv_caps(const xseg_t *xs) { return xs->drv->caps; }
+
+void xdrv_fold_worker(xseg_t *xs)
+{
+    for (int i = 0; i < XSEG_OP_COUNT; i++) {
+        xs->drv_calls[i] += xs->drvb.wk.calls[i];
+        xs->drvb.calls_side[XDRV_SIDE_WORKER] += xs->drvb.wk.calls[i];
+        xs->drvb.ns[XDRV_SIDE_WORKER][i] += xs->drvb.wk.ns[i];
+    }
+    xs->drv_errors += xs->drvb.wk.errors;
+    if (xs->drvb.wk.errors)
+        xs->last_drv_rc = xs->drvb.wk.last_rc;
+    memset(&xs->drvb.wk, 0, sizeof xs->drvb.wk);
+}
 
 uint64_t xdrv_ns(const xseg_t *xs, xdrv_side side, int op)
 {

@@ -12,9 +12,12 @@
  *    what the driver has mapped, kept by this layer),
  *  - is the one place fault injection hooks (xdrv_set_fault_hook; tests
  *    may also wrap the table itself, tests/support_fault.c).
- * Same locking as the driver contract: calls on one allocator are
- * serialised by xs->lock, except xdrv_granularity, xdrv_error_name,
- * xdrv_name and xdrv_caps.  No other lib/ file dereferences xs->drv. */
+ * Locking: calls on one allocator are made under xs->lock, except those
+ * of its reclaim worker (worker.c: unmap and release of handles already
+ * taken out of the allocator's tables), which the backends serialise
+ * themselves; the worker's counts stay its own until folded under the
+ * lock.  xdrv_granularity, xdrv_error_name, xdrv_name and xdrv_caps need
+ * no lock.  No other lib/ file dereferences xs->drv. */
 #ifndef XSEG_DRV_H
 #define XSEG_DRV_H
 
@@ -54,6 +57,14 @@ typedef enum xdrv_side { XDRV_SIDE_CALLER = 0, XDRV_SIDE_WORKER = 1, XDRV_SIDES 
 typedef struct xdrv_book {
     uint64_t ns[XDRV_SIDES][XSEG_OP_COUNT]; /* time spent in each op */
     uint64_t calls_side[XDRV_SIDES];        /* calls made from each side */
+    /* The worker thread's counts since the last fold: written by it alone,
+     * without xs->lock, and added to the shared ones under the lock
+     * (xdrv_fold_worker). */
+    struct {
+        uint64_t calls[XSEG_OP_COUNT], ns[XSEG_OP_COUNT], errors;
+        int last_rc;
+    } wk;
+    void *shadow_mu;                        /* XSEG_DEBUG: guards shadow */
     size_t gran;                            /* granularity, once read */
     uintptr_t base;                         /* the reservation (debug checks) */
     size_t size;
@@ -92,6 +103,9 @@ static inline int xdrv_has(const xseg_t *xs, unsigned cap) { return (xdrv_caps(x
 /* The calling thread's side; returns the previous one. */
 xdrv_side xdrv_side_set(xdrv_side side);
 xdrv_side xdrv_side_get(void);
+/* Add the worker thread's counts to the allocator's (xs->lock held, by
+ * the worker thread itself). */
+void xdrv_fold_worker(xseg_t *xs);
 /* Nanoseconds spent in op from side (XSEG_OP_COUNT: all ops). */
 uint64_t xdrv_ns(const xseg_t *xs, xdrv_side side, int op);
 

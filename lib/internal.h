@@ -39,8 +39,10 @@ enum {
     XB_SLAB = 1u << 2,    /* holds a slab of small size classes */
     XB_PENDING = 1u << 3, /* freed, waiting on record_stream events */
     XB_USES = 1u << 4,    /* has record_stream uses (in xs->uses) */
-    XB_MOVED = 1u << 5    /* its handles moved away; the old mapping waits for the
+    XB_MOVED = 1u << 5,   /* its handles moved away; the old mapping waits for the
                              GPU before it is unmapped (xs->moved list) */
+    XB_RELEASING = 1u << 6 /* its handles are being unmapped and released by the
+                              reclaim worker (xs->releasing list, worker.c) */
 };
 
 /* A range of the virtual arena: free, allocated, or a slab. */
@@ -130,7 +132,37 @@ typedef struct xhandle {
     uint64_t drv;
     uint32_t first_page;
     uint32_t npages;
+    uint32_t flags;       /* XH_* */
 } xhandle;
+
+/* A handle mapped ahead of demand as one run (premap): never split to page
+ * grain while partly used; released whole once wholly inside free space. */
+#define XH_PREMAP 1u
+
+/* A handle handed to the reclaim worker: out of the arena's tables, still
+ * counted in mapped and handles until the job is done. */
+typedef struct xrel_handle {
+    uintptr_t va;
+    size_t bytes;
+    uint64_t drv;
+    int state;            /* XREL_*: what the worker did */
+    int rc;               /* the failed call's code */
+} xrel_handle;
+
+enum { XREL_TODO = 0, XREL_RELEASED, XREL_UNMAP_FAILED, XREL_RELEASE_FAILED };
+
+/* A release job: the handles inside one carved-out block. */
+typedef struct xrelease {
+    struct xrelease *next;
+    struct xblock *z;     /* XB_RELEASING, out of every index */
+    uint32_t n, cap, tries;
+    size_t bytes;
+    xrel_handle *h;
+    /* Under xs->lock, after the worker's driver calls: settles the job;
+     * returns 1 when it is finished (then freed by the worker), 0 to be
+     * tried again (alloc.c). */
+    int (*done)(xseg_t *xs, struct xrelease *job);
+} xrelease;
 
 /* The virtual arena and its page mapping state. */
 typedef struct xarena {
@@ -192,6 +224,17 @@ struct xseg {
     int last_drv_rc;      /* code of the last failed driver call */
     uint64_t gc_runs, trims, released, deferred;
     uint64_t peak_alloc_ever; /* peak allocated bytes, never reset (budget) */
+    /* reclaim worker (worker.c) */
+    struct xworker *wk;   /* NULL: none (reclaim:sync, or not started) */
+    xlist releasing;      /* XB_RELEASING blocks (xblock.lru) */
+    size_t releasing_bytes;   /* their handles' bytes, still in mapped */
+    size_t releasing_handles; /* and count, still in handles */
+    uint64_t wk_jobs, wk_retries; /* jobs done, unmaps tried again */
+    int wk_failed;        /* a job failed for good since xseg_trim last said so */
+    int rel_async;        /* set while a reclaim may hand releases to the worker */
+    xblock *reserve;      /* hint: the free block at the growth frontier holding
+                             pages mapped ahead (premap); checked before use */
+    uint64_t premapped;   /* bytes mapped ahead of demand, total */
     /* monitoring (history.c, shm.c) */
     void *hist;           /* event ring buffer, NULL when history is off */
     void *shm;            /* live-stats publication, NULL when stats_shm is off */
@@ -396,6 +439,21 @@ static inline void xcnt_add(xcnt *c, uint64_t v)
 }
 static inline void xcnt_sub(xcnt *c, uint64_t v) { c->cur -= v; }
 
+/* ---- worker.c: the reclaim worker (its own thread, xseg-reclaim) ---- */
+/* Start it (reclaim:worker); XSEG_OK or a status with a message. */
+xseg_status xworker_start(xseg_t *xs);
+/* Stop and join it, then run what is queued on this thread (call_driver:
+ * else the jobs are dropped, a forked child's case).  No xs->lock held. */
+void xworker_stop(xseg_t *xs, int call_driver);
+/* 1 when a release job may be queued now (a worker runs and what is in
+ * flight is under its bound); xs->lock held. */
+int xworker_takes(const xseg_t *xs);
+/* Queue a job (xs->lock held). */
+void xworker_push(xseg_t *xs, xrelease *job);
+/* Wait until the worker has nothing queued or running.  Called with
+ * xs->lock held: gives it up while waiting and takes it again. */
+void xworker_drain_locked(xseg_t *xs);
+
 /* ---- freeidx.c ---- */
 void xfi_init(xfreeidx *f);
 void xfi_insert(xfreeidx *f, xblock *b);
@@ -413,17 +471,32 @@ xseg_status xarena_init(xseg_t *xs, size_t va_size);
 void xarena_fini(xseg_t *xs, int call_driver);
 /* Make every page under [a, b) mapped and accessible. */
 xseg_status xarena_ensure(xseg_t *xs, uintptr_t a, uintptr_t b, size_t request);
+/* The same for a run mapped ahead of demand: the fewest handles (powers of
+ * two of pages, up to max_handle), flagged XH_PREMAP. */
+xseg_status xarena_premap(xseg_t *xs, uintptr_t a, uintptr_t b);
+/* 1 when the handle behind page p (mapped) was mapped ahead (XH_PREMAP). */
+int xarena_premapped(const xseg_t *xs, size_t p);
 /* A large handle reaching outside an allocation [a, b) into free space
  * [lo, hi) is released, so that only the pages the allocation needs are
  * mapped again, at page grain. */
 void xarena_split_edges(xseg_t *xs, uintptr_t a, uintptr_t b, uintptr_t lo, uintptr_t hi, int *err);
 /* 1 when every page under [a, b) is mapped (no bit counting). */
 int xarena_all_mapped(const xseg_t *xs, uintptr_t a, uintptr_t b);
+/* 1 when no page under [a, b) is mapped. */
+int xarena_all_unmapped(const xseg_t *xs, uintptr_t a, uintptr_t b);
 /* Bytes of pages under [a, b) not yet mapped. */
 size_t xarena_unmapped_bytes(const xseg_t *xs, uintptr_t a, uintptr_t b);
 /* Unmap and release the handles lying wholly inside [a, b), lowest first,
  * until at least `limit` bytes are released.  Returns bytes. */
 size_t xarena_release_inside(xseg_t *xs, uintptr_t a, uintptr_t b, size_t limit, int *err);
+/* Take the whole handles inside [a, b) out of the tables into job (lowest
+ * first, until `limit` bytes); [*lo, *hi) gets the pages they span.  They
+ * stay counted in mapped and handles (releasing_*).  Returns bytes. */
+size_t xarena_detach_inside(xseg_t *xs, uintptr_t a, uintptr_t b, size_t limit, xrelease *job,
+                            uintptr_t *lo, uintptr_t *hi);
+/* Settle a job's handle: released (uncounted), its release failed (an
+ * orphan), or its unmap failed (back into the tables: still mapped). */
+void xarena_settle(xseg_t *xs, const xrel_handle *h);
 /* Release again the handles whose release failed (kept, never leaked). */
 void xarena_release_orphans(xseg_t *xs);
 void xblk_moved_process(xseg_t *xs, int block);
@@ -470,6 +543,11 @@ void xblk_neutralize(xseg_t *xs, xstream *s);
 /* Reclaim cached memory: release up to `want` bytes (SIZE_MAX: all).  With
  * block, waits on events; otherwise only reclaims blocks already safe. */
 size_t xseg_reclaim(xseg_t *xs, size_t want, int block);
+/* The same, handing the releases to the reclaim worker when it runs
+ * (releases the caller need not wait for). */
+size_t xseg_reclaim_async(xseg_t *xs, size_t want, int block);
+/* The most that premap may map ahead now (0: off). */
+size_t xseg_premap_budget(const xseg_t *xs);
 
 /* ---- small.c ---- */
 int xsmall_init(xseg_t *xs);

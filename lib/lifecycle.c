@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "driver_host.h"
 #include "internal.h"
@@ -109,6 +110,7 @@ static void free_uses(uintptr_t k, uintptr_t v, void *arg)
 /* Frees everything; returns how many driver calls failed on the way. */
 static uint64_t teardown(xseg_t *xs, int call_driver, const char **last)
 {
+    xworker_stop(xs, call_driver && xs->dctx); /* its jobs settled first */
     uint64_t errors0 = xs->drv_errors;
     xseg_monitor_fini(xs);
     xstreams_fini(xs, call_driver && xs->dctx);
@@ -141,6 +143,15 @@ static uint64_t teardown(xseg_t *xs, int call_driver, const char **last)
     return failed;
 }
 
+/* reclaim:worker, or auto on a backend whose driver calls cost real time
+ * (cuda; the host backend's cost little, and its tests stay deterministic). */
+static int wants_worker(const xseg_t *xs)
+{
+    if (xs->conf.reclaim == XSEG_RECLAIM_WORKER)
+        return 1;
+    return xs->conf.reclaim == XSEG_RECLAIM_AUTO && strcmp(xdrv_name(xs), "cuda") == 0;
+}
+
 /* The steps after the conf is parsed, each only if all before succeeded. */
 static xseg_status build(xseg_t *xs, int device, const xseg_driver *drv)
 {
@@ -159,6 +170,8 @@ static xseg_status build(xseg_t *xs, int device, const xseg_driver *drv)
         st = init_arena(xs);
     if (st == XSEG_OK)
         st = xseg_monitor_init(xs);
+    if (st == XSEG_OK && wants_worker(xs))
+        st = xworker_start(xs);
     return st;
 }
 
@@ -201,6 +214,7 @@ xseg_status xlife_destroy(xseg_t *xs, int call_driver)
 {
     int device = xs->device;
     const char *last = "";
+
     uint64_t failed = teardown(xs, call_driver, &last);
     if (failed)
         return xseg_fail(NULL, XSEG_ERR_DRIVER,

@@ -60,6 +60,8 @@ START_TEST(time_is_kept_per_op_and_side)
     ck_assert_int_eq(old, XDRV_SIDE_CALLER);
     ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK); /* unmaps on the worker side */
     xdrv_side_set(old);
+    ck_assert_uint_eq(xs->drvb.calls_side[XDRV_SIDE_WORKER], 0); /* the worker's own until folded */
+    xdrv_fold_worker(xs);
     ck_assert_uint_gt(xs->drvb.calls_side[XDRV_SIDE_WORKER], 0);
     ck_assert_uint_gt(xdrv_ns(xs, XDRV_SIDE_WORKER, XSEG_OP_UNMAP), 0);
     xseg_destroy(xs);

@@ -39,6 +39,8 @@ static int outside(size_t v, size_t lo, size_t hi)
 #define RANGE_divisions(key, min, max)
 #define RANGE_placement(key, min, max)
 #define RANGE_latency(key, min, max) || (c->key != 0 && c->key != 1)
+#define RANGE_reclaim(key, min, max) || (c->key < 0 || c->key > 2)
+#define RANGE_premap(key, min, max)
 #define RANGE(key, type, def, parse, min, max, expect) RANGE_##parse(key, min, max)
 
 /* Every field within its documented range (docs/config.md). */
