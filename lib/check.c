@@ -27,7 +27,9 @@
 #define CK_LRU (1u << 30)     /* found in the LRU */
 #define CK_LIVE (1u << 31)    /* in the live map or the pending frees */
 #define CK_MARKS (CK_LISTED | CK_INDEXED | CK_LRU | CK_LIVE)
-#define CK_FLAGS (XB_FREE | XB_LRU | XB_SLAB | XB_MOVED)
+#define CK_FLAGS (XB_FREE | XB_LRU | XB_SLAB | XB_MOVED | XB_RELEASING)
+/* Blocks out of use that hold no allocation: free, moved, being released. */
+#define CK_OUT (XB_FREE | XB_MOVED | XB_RELEASING)
 #define CK_MAX_SLOTS 4096u    /* a slab holds at most 2 MiB / 512 B slots */
 #define CK_LIMIT ((size_t)1 << 40) /* longer lists are cycles */
 
@@ -139,6 +141,8 @@ static int ck_block_flags(ck *c, const xblock *b)
         return bad(c, "LRU blocks are free", b, "flags %#x", f);
     if ((f & XB_SLAB) && (f & XB_MOVED))
         return bad(c, "slab blocks are not moved", b, "flags %#x", f);
+    if ((f & XB_RELEASING) && f != XB_RELEASING + (f & CK_MARKS))
+        return bad(c, "blocks being released are nothing else", b, "flags %#x", f);
     if (b->owner && !known_stream(c, b->owner))
         return bad(c, "owner is a stream state", b, "owner %p unknown", (void *)b->owner);
     if ((f & XB_FREE) && !b->owner && b->epoch)
@@ -187,7 +191,7 @@ static int ck_block_list(ck *c)
         c->nfree += !!(b->flags & XB_FREE);
         c->nlru += !!(b->flags & XB_LRU);
         c->nmoved += !!(b->flags & XB_MOVED);
-        if (!(b->flags & (XB_FREE | XB_MOVED)))
+        if (!(b->flags & CK_OUT))
             c->used += b->size;
     }
     return 1;
@@ -438,7 +442,7 @@ static int ck_live(ck *c)
 static int ck_in_use(ck *c)
 {
     for (const xblock *b = c->xs->first_block; b; b = b->anext) {
-        int user = !(b->flags & (XB_FREE | XB_MOVED | XB_SLAB));
+        int user = !(b->flags & (CK_OUT | XB_SLAB));
         if (user && !(b->flags & CK_LIVE))
             return bad(c, "blocks in use are live or pending", b, "flags %#x", b->flags);
         if (!user && atomic_load_explicit(&b->gen, memory_order_relaxed))
@@ -599,11 +603,12 @@ static int ck_pages(ck *c)
         mapped += n;
         p += n;
     }
-    if (nh != (size_t)ar->nhandles - ar->nfree_handles || xs->handles.cur != nh + ar->norphans)
+    if (nh != (size_t)ar->nhandles - ar->nfree_handles ||
+        xs->handles.cur != nh + ar->norphans + xs->releasing_handles)
         return bad(c, "handles counted", NULL, "%zu mapped, %u slots, %u free, %u orphans, "
                    "counter %llu", nh, ar->nhandles, ar->nfree_handles, ar->norphans,
                    (unsigned long long)xs->handles.cur);
-    if (xs->mapped.cur != (uint64_t)mapped << ar->shift)
+    if (xs->mapped.cur != ((uint64_t)mapped << ar->shift) + xs->releasing_bytes)
         return bad(c, "mapped bytes match the page bitmap", NULL, "%zu pages mapped, counter %llu",
                    mapped, (unsigned long long)xs->mapped.cur);
     return 1;
@@ -613,7 +618,7 @@ static int ck_pages(ck *c)
 static int ck_block_pages(ck *c)
 {
     for (const xblock *b = c->xs->first_block; b; b = b->anext)
-        if (!(b->flags & (XB_FREE | XB_MOVED)) &&
+        if (!(b->flags & CK_OUT) &&
             !xarena_all_mapped(c->xs, b->addr, b->addr + b->size))
             return bad(c, "pages under blocks in use are mapped", b, "%zu bytes unmapped",
                        xarena_unmapped_bytes(c->xs, b->addr, b->addr + b->size));

@@ -67,6 +67,8 @@ static const char *state_of(const xseg_t *xs, const xblock *b)
         return "free";
     if (b->flags & XB_MOVED)
         return "unmapping";
+    if (b->flags & XB_RELEASING)
+        return "releasing";
     return xseg_ptrmap_get(&xs->live, b->addr, &v) ? "allocated" : "pending";
 }
 
@@ -91,7 +93,7 @@ static void render_block(xtb *b, const xseg_t *xs, const xblock *k, const char *
     const char *state = state_of(xs, k);
     const xstream *s = k->slab ? k->slab->owner : k->owner;
     xtb_put(b, "%s{\"addr\":%llu,\"size\":%llu,\"requested\":%llu,\"state\":\"%s\",\"stream\":",
-         sep, (ull)k->addr, (ull)k->size, (ull)((k->flags & (XB_FREE | XB_SLAB | XB_MOVED)) ? 0 : k->requested),
+         sep, (ull)k->addr, (ull)k->size, (ull)((k->flags & (XB_FREE | XB_SLAB | XB_MOVED | XB_RELEASING)) ? 0 : k->requested),
          state);
     if (s)
         xtb_put(b, "%llu", (ull)(uintptr_t)s->handle);

@@ -1,0 +1,332 @@
+/* test_worker.c: the reclaim worker (reclaim:worker, lib/worker.c) on the
+ * host backend: releases leave the caller's thread and are counted on the
+ * worker's side; trim returns with the memory back; the thread is named and
+ * joined; destroy while jobs are queued loses nothing; injected driver
+ * failures on the worker's unmaps and releases are retried, reported and
+ * never lose a handle; a forked child runs its own allocators; threads
+ * hammering an allocator with a worker keep every invariant. */
+#include <dirent.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "driver_host.h"
+#include "internal.h"
+#include "support_common.h"
+
+#define MiB ((size_t)1 << 20)
+
+static uint64_t side_ns(xseg_t *xs, xseg_side side, xseg_op op)
+{
+    uint64_t ns = 0;
+    ck_assert_int_eq(xseg_driver_time(xs, side, op, &ns), XSEG_OK);
+    return ns;
+}
+
+/* Threads of this process named `name`. */
+static int threads_named(const char *name)
+{
+    DIR *d = opendir("/proc/self/task");
+    int n = 0;
+    struct dirent *e;
+    if (!d)
+        return -1;
+    while ((e = readdir(d)) != NULL) {
+        char path[300], comm[64] = "";
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f && fgets(comm, sizeof comm, f)) {
+            comm[strcspn(comm, "\n")] = 0;
+            n += strcmp(comm, name) == 0;
+        }
+        if (f)
+            fclose(f);
+    }
+    closedir(d);
+    return n;
+}
+
+/* Live handles of xs's host context. */
+static size_t live_handles(xseg_t *xs)
+{
+    xseg_host_counts c;
+    xseg_host_counts_of(t_host_ctx(xs), &c);
+    return c.handles;
+}
+
+START_TEST(releases_leave_the_callers_thread)
+{
+    xseg_t *xs = t_host("reclaim:worker,release_threshold:0,thread_cache:off");
+    void *p[4];
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(xseg_alloc(xs, 8 * MiB, NULL, &p[i]), XSEG_OK);
+        t_fill(p[i], 8 * MiB, (uint32_t)i);
+    }
+    for (int i = 0; i < 4; i += 2)
+        ck_assert_int_eq(xseg_free(xs, p[i]), XSEG_OK);
+    size_t released = 0;
+    ck_assert_int_eq(xseg_trim(xs, 0, &released), XSEG_OK); /* waits for the worker */
+    xseg_stats s = t_stats(xs);
+    ck_assert_uint_eq(s.mapped_bytes.current, 16 * MiB);
+    ck_assert_uint_eq(s.released_bytes, 16 * MiB);
+    ck_assert_uint_eq(live_handles(xs), s.handles.current);
+    ck_assert_uint_eq(side_ns(xs, XSEG_SIDE_CALLER, XSEG_OP_UNMAP), 0);
+    ck_assert_uint_eq(side_ns(xs, XSEG_SIDE_CALLER, XSEG_OP_RELEASE), 0);
+    ck_assert_uint_gt(side_ns(xs, XSEG_SIDE_WORKER, XSEG_OP_UNMAP), 0);
+    ck_assert_uint_gt(side_ns(xs, XSEG_SIDE_WORKER, XSEG_OP_RELEASE), 0);
+    ck_assert_uint_eq(s.driver_calls[XSEG_OP_UNMAP], xs->drvb.calls_side[XDRV_SIDE_WORKER] / 2);
+    for (int i = 1; i < 4; i += 2)
+        ck_assert(t_check(p[i], 8 * MiB, (uint32_t)i)); /* live neighbours untouched */
+    /* The released range is used again. */
+    void *q = NULL;
+    ck_assert_int_eq(xseg_alloc(xs, 8 * MiB, NULL, &q), XSEG_OK);
+    t_fill(q, 8 * MiB, 9);
+    ck_assert(t_check(q, 8 * MiB, 9));
+    T_CHECK(xs);
+    xseg_destroy(xs);
+}
+END_TEST
+
+START_TEST(sync_mode_calls_on_the_caller)
+{
+    xseg_t *xs = t_host("reclaim:sync,release_threshold:0,thread_cache:off");
+    void *p = NULL;
+    ck_assert_int_eq(xseg_alloc(xs, 8 * MiB, NULL, &p), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, p), XSEG_OK);
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0); /* at the free, as before */
+    ck_assert_uint_gt(side_ns(xs, XSEG_SIDE_CALLER, XSEG_OP_UNMAP), 0);
+    ck_assert_uint_eq(side_ns(xs, XSEG_SIDE_WORKER, XSEG_OP_COUNT), 0);
+    ck_assert_int_eq(threads_named("xseg-reclaim"), 0);
+    xseg_destroy(xs);
+}
+END_TEST
+
+START_TEST(the_thread_is_named_and_joined)
+{
+    int before = threads_named("xseg-reclaim");
+    xseg_t *a = t_host("reclaim:worker");
+    xseg_t *b = t_host("reclaim:worker");
+    ck_assert_int_eq(threads_named("xseg-reclaim"), before + 2);
+    xseg_destroy(a);
+    ck_assert_int_eq(threads_named("xseg-reclaim"), before + 1);
+    xseg_destroy(b);
+    ck_assert_int_eq(threads_named("xseg-reclaim"), before);
+}
+END_TEST
+
+/* Many slow releases queued (the H200's latencies), then destroy at once:
+ * every handle is gone from the backend afterwards. */
+START_TEST(destroy_while_busy_loses_nothing)
+{
+    xseg_host_counts g0, g1;
+    xseg_host_counts_global(&g0);
+    xseg_t *xs = t_host("reclaim:worker,release_threshold:0,thread_cache:off,"
+                        "host_driver_latency:h200,reclaim_inflight:4GB");
+    void *p[64];
+    for (int i = 0; i < 64; i++)
+        ck_assert_int_eq(xseg_alloc(xs, 4 * MiB, NULL, &p[i]), XSEG_OK);
+    for (int i = 0; i < 64; i += 2)
+        ck_assert_int_eq(xseg_free(xs, p[i]), XSEG_OK);
+    ck_assert_uint_gt(xs->releasing_handles + xs->wk_jobs, 0); /* handed over */
+    xseg_destroy(xs);
+    xseg_host_counts_global(&g1);
+    ck_assert_uint_eq(g1.handles, g0.handles);
+    ck_assert_uint_eq(g1.mappings, g0.mappings);
+}
+END_TEST
+
+/* Fault hook: fail the worker's unmaps (or releases) while armed. */
+static struct {
+    int op, left;
+} g_fail;
+
+static int fail_worker_op(void *user, int op)
+{
+    (void)user;
+    if (op == g_fail.op && xdrv_side_get() == XDRV_SIDE_WORKER &&
+        __atomic_load_n(&g_fail.left, __ATOMIC_SEQ_CST) != 0) {
+        __atomic_fetch_sub(&g_fail.left, 1, __ATOMIC_SEQ_CST);
+        return XDRV_OUT_OF_MEMORY;
+    }
+    return XDRV_SUCCESS;
+}
+
+static void arm(int op, int n)
+{
+    g_fail.op = op;
+    __atomic_store_n(&g_fail.left, n, __ATOMIC_SEQ_CST);
+    xdrv_set_fault_hook(fail_worker_op, NULL);
+}
+
+START_TEST(a_failed_unmap_is_tried_again)
+{
+    xseg_t *xs = t_host("reclaim:worker,thread_cache:off");
+    void *p = NULL;
+    ck_assert_int_eq(xseg_alloc(xs, 8 * MiB, NULL, &p), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, p), XSEG_OK);
+    arm(XSEG_OP_UNMAP, 2); /* two failures, then the third try works */
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    xdrv_set_fault_hook(NULL, NULL);
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
+    ck_assert_uint_eq(live_handles(xs), 0);
+    ck_assert_uint_ge(xs->wk_retries, 1);
+    ck_assert_uint_ge(t_stats(xs).driver_errors, 2);
+    T_CHECK(xs);
+    xseg_destroy(xs);
+}
+END_TEST
+
+START_TEST(an_unmap_that_keeps_failing_goes_back_to_the_cache)
+{
+    xseg_t *xs = t_host("reclaim:worker,thread_cache:off");
+    void *p = NULL;
+    ck_assert_int_eq(xseg_alloc(xs, 8 * MiB, NULL, &p), XSEG_OK);
+    t_fill(p, 8 * MiB, 3);
+    ck_assert_int_eq(xseg_free(xs, p), XSEG_OK);
+    arm(XSEG_OP_UNMAP, -1); /* every worker unmap fails */
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_ERR_DRIVER);
+    ck_assert_ptr_nonnull(strstr(xseg_last_error(), "reclaim worker"));
+    xdrv_set_fault_hook(NULL, NULL);
+    xseg_stats s = t_stats(xs);
+    ck_assert_uint_eq(s.mapped_bytes.current, 8 * MiB); /* still mapped, still counted */
+    ck_assert_uint_eq(live_handles(xs), s.handles.current);
+    T_CHECK(xs);
+    /* It is cached memory again: the next trim gives it back. */
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
+    ck_assert_uint_eq(live_handles(xs), 0);
+    T_CHECK(xs);
+    xseg_destroy(xs);
+}
+END_TEST
+
+START_TEST(a_failed_release_is_an_orphan_released_later)
+{
+    xseg_t *xs = t_host("reclaim:worker,thread_cache:off");
+    void *p = NULL;
+    ck_assert_int_eq(xseg_alloc(xs, 8 * MiB, NULL, &p), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, p), XSEG_OK);
+    arm(XSEG_OP_RELEASE, -1);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_ERR_DRIVER);
+    xdrv_set_fault_hook(NULL, NULL);
+    ck_assert_uint_gt(xs->arena.norphans, 0);
+    ck_assert_uint_eq(live_handles(xs), t_stats(xs).handles.current);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK); /* orphans released again */
+    ck_assert_uint_eq(live_handles(xs), 0);
+    ck_assert_uint_eq(t_stats(xs).handles.current, 0);
+    T_CHECK(xs);
+    xseg_destroy(xs);
+}
+END_TEST
+
+START_TEST(a_forked_child_runs_its_own_worker)
+{
+    xseg_t *xs = t_host("reclaim:worker,release_threshold:0,thread_cache:off");
+    void *p = NULL;
+    ck_assert_int_eq(xseg_alloc(xs, 8 * MiB, NULL, &p), XSEG_OK);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int bad = xseg_free(xs, p) != XSEG_ERR_FORKED; /* the parent's: refused */
+        xseg_t *c = NULL;
+        void *q = NULL;
+        bad |= xseg_create(&c, 0, "backend:host,reclaim:worker,release_threshold:0") != XSEG_OK;
+        bad |= !c || xseg_alloc(c, 8 * MiB, NULL, &q) != XSEG_OK;
+        bad |= !c || xseg_free(c, q) != XSEG_OK;
+        bad |= !c || xseg_trim(c, 0, NULL) != XSEG_OK;
+        bad |= !c || t_stats(c).mapped_bytes.current != 0;
+        bad |= threads_named("xseg-reclaim") != 1; /* the child's own */
+        if (c)
+            xseg_destroy(c);
+        _exit(bad);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    ck_assert_int_eq(xseg_free(xs, p), XSEG_OK);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
+    xseg_destroy(xs);
+}
+END_TEST
+
+/* ---- threads against a worker (TSan runs this) ---- */
+
+typedef struct {
+    xseg_t *xs;
+    unsigned seed;
+    int bad;
+} hammer_arg;
+
+static void *hammer(void *v)
+{
+    hammer_arg *a = v;
+    void *live[16] = {0};
+    size_t sz[16] = {0};
+    for (int i = 0; i < 3000; i++) {
+        int k = (int)(rand_r(&a->seed) % 16);
+        if (live[k]) {
+            a->bad |= !t_check(live[k], sz[k] < 4096 ? sz[k] : 4096, (uint32_t)k);
+            a->bad |= xseg_free(a->xs, live[k]) != XSEG_OK;
+            live[k] = NULL;
+        } else {
+            sz[k] = ((size_t)(rand_r(&a->seed) % 6) + 1) * 2 * MiB - (rand_r(&a->seed) % 4096);
+            a->bad |= xseg_alloc(a->xs, sz[k], NULL, &live[k]) != XSEG_OK;
+            if (live[k])
+                t_fill(live[k], sz[k] < 4096 ? sz[k] : 4096, (uint32_t)k);
+        }
+        if (i % 500 == 0)
+            a->bad |= xseg_trim(a->xs, 0, NULL) != XSEG_OK;
+        if (i % 250 == 0) /* jobs in flight: the walk counts them */
+            a->bad |= xseg_check(a->xs) != XSEG_OK;
+    }
+    for (int k = 0; k < 16; k++)
+        if (live[k])
+            a->bad |= xseg_free(a->xs, live[k]) != XSEG_OK;
+    return NULL;
+}
+
+START_TEST(threads_with_a_worker_keep_every_invariant)
+{
+    xseg_t *xs = t_host("reclaim:worker,release_threshold:0,reclaim_inflight:16MB");
+    pthread_t th[4];
+    hammer_arg a[4];
+    for (int i = 0; i < 4; i++) {
+        a[i] = (hammer_arg){xs, 17u + (unsigned)i, 0};
+        ck_assert_int_eq(pthread_create(&th[i], NULL, hammer, &a[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_int_eq(a[i].bad, 0);
+    }
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
+    ck_assert_uint_eq(live_handles(xs), 0);
+    ck_assert_uint_gt(xs->wk_jobs, 0);
+    T_CHECK(xs);
+    xseg_destroy(xs);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("worker");
+    TCase *tc = tcase_create("worker");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, releases_leave_the_callers_thread);
+    tcase_add_test(tc, sync_mode_calls_on_the_caller);
+    tcase_add_test(tc, the_thread_is_named_and_joined);
+    tcase_add_test(tc, destroy_while_busy_loses_nothing);
+    tcase_add_test(tc, a_failed_unmap_is_tried_again);
+    tcase_add_test(tc, an_unmap_that_keeps_failing_goes_back_to_the_cache);
+    tcase_add_test(tc, a_failed_release_is_an_orphan_released_later);
+    tcase_add_test(tc, a_forked_child_runs_its_own_worker);
+    tcase_add_test(tc, threads_with_a_worker_keep_every_invariant);
+    suite_add_tcase(s, tc);
+    return t_run(s);
+}
