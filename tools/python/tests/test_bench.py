@@ -386,6 +386,12 @@ class PlumbingTest(unittest.TestCase):
         self.assertIn("ERROR: ImportError: fake torch", text)
         self.assertEqual(doc["per_process"], "round")
         self.assertTrue(doc["quick"])
+        self.assertIsNone(doc["figure"]["met"])  # nothing measured: not proven
+        # bench_report.py prints the same table from the saved JSON
+        path = os.path.join(self.tmp.name, "out.json")
+        with contextlib.redirect_stdout(io.StringIO()) as again:
+            self.assertEqual(br.main([path]), 0)
+        self.assertIn("bert     xseg       ERROR: ImportError: fake torch", again.getvalue())
 
     def test_one_process_per_workload(self):
         rc, doc, _ = self.run_parent("--workloads", "gpt2", "vit", "--modes", "expandable",
