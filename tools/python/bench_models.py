@@ -752,9 +752,10 @@ def child(args):
     trace = bool(args.trace_dir) and args.mode == "xseg"
     done, rc = [], 0
 
-    def save():
-        with open(args.child_out, "w") as f:
+    def save():  # whole or not at all: a crash mid-write leaves the last list
+        with open(args.child_out + ".tmp", "w") as f:
             json.dump(done, f)
+        os.replace(args.child_out + ".tmp", args.child_out)
 
     try:
         torch, stats, info = child_setup(args, trace)
@@ -971,7 +972,8 @@ def parse(argv):
                          f"workloads plus {START_S} s")
     ap.add_argument("--budget", type=int, default=540,
                     help="seconds for the whole run: a round starts only if the longest "
-                         "round so far fits in what is left; later runs are skipped")
+                         "round so far (after the first) fits in what is left; a job "
+                         f"starts only with {START_S} s left")
     ap.add_argument("--xseg-conf", default=None, help="conf for xseg.install()")
     ap.add_argument("--variant", action="append", default=[], metavar="CONF",
                     help="also run xseg with this conf, as the mode xseg[CONF] in the same "

@@ -163,8 +163,12 @@ class ScheduleTest(unittest.TestCase):
 
     def test_round_fits(self):
         self.assertTrue(br.round_fits(1.0, []))
+        self.assertFalse(br.round_fits(80.0, [90.0]))
         self.assertTrue(br.round_fits(100.0, [60.0, 90.0]))
         self.assertFalse(br.round_fits(80.0, [60.0, 90.0]))
+        # a slow first round (one-off costs) does not count once others ran
+        self.assertTrue(br.round_fits(70.0, [120.0, 60.0, 65.0]))
+        self.assertFalse(br.round_fits(64.0, [120.0, 60.0, 65.0]))
 
 
 class StatsTest(unittest.TestCase):
