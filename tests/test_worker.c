@@ -248,19 +248,21 @@ START_TEST(a_forked_child_runs_its_own_worker)
         int bad = xseg_free(xs, p) != XSEG_ERR_FORKED; /* the parent's: refused */
         xseg_t *c = NULL;
         void *q = NULL;
-        bad |= xseg_create(&c, 0, CHILD_CONF) != XSEG_OK;
-        bad |= !c || xseg_alloc(c, 8 * MiB, NULL, &q) != XSEG_OK;
-        bad |= !c || xseg_free(c, q) != XSEG_OK;
-        bad |= !c || xseg_trim(c, 0, NULL) != XSEG_OK;
-        bad |= !c || t_stats(c).mapped_bytes.current != 0;
-        bad |= threads_named("xseg-reclaim") != CHILD_WORKERS; /* the child's own */
+        bad |= (xseg_create(&c, 0, CHILD_CONF) != XSEG_OK) << 1;
+        bad |= (!c || xseg_alloc(c, 8 * MiB, NULL, &q) != XSEG_OK) << 2;
+        bad |= (!c || xseg_free(c, q) != XSEG_OK) << 3;
+        bad |= (!c || xseg_trim(c, 0, NULL) != XSEG_OK) << 4;
+        bad |= (!c || t_stats(c).mapped_bytes.current != 0) << 5;
+        bad |= (threads_named("xseg-reclaim") != CHILD_WORKERS) << 6; /* the child's own */
         if (c)
             xseg_destroy(c);
         _exit(bad);
     }
     int status = 0;
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "child: status %#x (exit bits: 1 parent's free, 2 create, 4 alloc, 8 free, "
+                  "16 trim, 32 mapped, 64 worker threads)", status);
     ck_assert_int_eq(xseg_free(xs, p), XSEG_OK);
     ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
     ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
