@@ -152,7 +152,7 @@ static int release_done(xseg_t *xs, xrelease *job)
     int again = 0;
     for (uint32_t i = 0; i < job->n; i++) {
         xrel_handle *h = &job->h[i];
-        if (h->state == XREL_UNMAP_FAILED && job->tries + 1 < 3) {
+        if (h->state == XREL_UNMAP_FAILED && job->tries < 2) {
             h->state = XREL_TODO; /* tried again by the worker */
             again = 1;
             continue;
@@ -179,8 +179,68 @@ static int release_done(xseg_t *xs, xrelease *job)
     xblock *z = job->z;
     xlist_remove(&xs->releasing, &z->lru);
     xs->wk_jobs++;
+    xs->wk_pending--;
     back_to_neutral(xs, z, !xarena_all_unmapped(xs, z->addr, z->addr + z->size));
     return 1; /* stats_shm shows it at the next publication */
+}
+
+/* job->done of an old mapping's unmap: the range becomes free space; an
+ * unmap that kept failing goes back on the moved list (tried again by the
+ * next reclaim, and at destroy). */
+static int unmap_done(xseg_t *xs, xrelease *job)
+{
+    xrel_handle *h = &job->h[0];
+    if (h->state == XREL_UNMAP_FAILED && job->tries < 2) {
+        h->state = XREL_TODO;
+        job->tries++;
+        xs->wk_retries++;
+        return 0;
+    }
+    xblock *z = job->z;
+    xlist_remove(&xs->releasing, &z->lru);
+    xs->wk_unmapping -= z->requested;
+    xs->wk_pending--;
+    xs->wk_jobs++;
+    if (h->state == XREL_RELEASED) {
+        xseg_hist(xs, XEV_UNMAP, z->addr, z->requested, NULL);
+        back_to_neutral(xs, z, 0);
+        return 1;
+    }
+    xs->wk_failed = h->rc ? h->rc : 1;
+    z->flags = XB_MOVED;
+    z->owner = NULL;
+    z->epoch = 0;
+    xs->unmapping_bytes += z->requested;
+    xlist_push_back(&xs->moved, &z->lru);
+    return 1;
+}
+
+/* Hand the old mapping of moved block z (XB_MOVED, off the moved list, the
+ * GPU done with it) to the worker; 0 when it cannot take it. */
+static int unmap_async(xseg_t *xs, xblock *z)
+{
+    if (!xs->wk)
+        return 0;
+    xrelease *job = calloc(1, sizeof *job);
+    xrel_handle *h = calloc(1, sizeof *h);
+    if (!job || !h) {
+        free(job);
+        free(h);
+        return 0;
+    }
+    *h = (xrel_handle){z->addr, z->requested, 0, XREL_TODO, 0};
+    job->h = h;
+    job->n = job->cap = 1;
+    job->unmap_only = 1;
+    job->z = z;
+    job->done = unmap_done;
+    z->flags = XB_RELEASING;
+    z->owner = NULL; /* the GPU is done with it */
+    z->epoch = 0;
+    xs->wk_unmapping += z->requested;
+    xlist_push_back(&xs->releasing, &z->lru);
+    xworker_push(xs, job);
+    return 1;
 }
 
 /* Hand the whole handles inside free block b (up to `want` bytes) to the
@@ -707,12 +767,15 @@ static xseg_status make_room(xseg_t *xs, size_t need, size_t request)
     size_t limit = release_limit(xs);
     if (limit == SIZE_MAX)
         return XSEG_OK;
+    /* Released here, not by the worker: memory still on its way back while
+     * this growth maps more would raise the peak (measured: docs/config.md,
+     * reclaim).  The worker takes the old mappings of moved handles. */
     if (after > limit)
-        after -= xseg_reclaim_async(xs, after - limit, 0);
+        after -= xseg_reclaim(xs, after - limit, 0);
     if (after > limit && xs->conf.release_wait) {
         /* What is left is cached memory the GPU may still use: wait for
          * it rather than go over the threshold. */
-        xseg_reclaim_async(xs, after - limit, 1);
+        xseg_reclaim(xs, after - limit, 1);
     }
     return XSEG_OK;
 }
@@ -806,7 +869,8 @@ static void retire_old(xseg_t *xs, xblock *d, uintptr_t lo, uintptr_t hi)
 {
     xstream *o = d->owner;
     uint64_t epoch = d->epoch;
-    if ((!o || xstream_done(xs, o, epoch, 0)) && xarena_unmap_old(xs, lo, hi) == XDRV_SUCCESS)
+    int idle = !o || xstream_done(xs, o, epoch, 0);
+    if (idle && !xs->wk && xarena_unmap_old(xs, lo, hi) == XDRV_SUCCESS)
         return;
     xblock *z = carve_at(xs, d, lo, hi - lo, o);
     if (z->addr != lo) { /* no block record for the split: wait instead */
@@ -821,6 +885,8 @@ static void retire_old(xseg_t *xs, xblock *d, uintptr_t lo, uintptr_t hi)
     z->flags = XB_MOVED;
     z->epoch = epoch;
     z->requested = hi - lo; /* the old mapping (z may be a little larger) */
+    if (idle && unmap_async(xs, z))
+        return; /* the worker unmaps it */
     xs->unmapping_bytes += hi - lo;
     xlist_push_front(&xs->moved, &z->lru);
 }
@@ -856,8 +922,17 @@ void xblk_moved_process(xseg_t *xs, int block)
     for (xlist_node *n = xlist_first(&xs->moved), *next; n; n = next) {
         xblock *z = xblk_of_lru(n);
         next = xlist_next(n);
-        if ((!z->owner || xstream_done(xs, z->owner, z->epoch, block)) &&
-            xarena_unmap_old(xs, z->addr, z->addr + z->requested) == XDRV_SUCCESS) {
+        if (z->owner && !xstream_done(xs, z->owner, z->epoch, block))
+            continue;
+        if (xs->wk) { /* the worker unmaps it */
+            xlist_remove(&xs->moved, n);
+            xs->unmapping_bytes -= z->requested;
+            if (unmap_async(xs, z))
+                continue;
+            xs->unmapping_bytes += z->requested; /* no host memory: here */
+            xlist_push_front(&xs->moved, n);
+        }
+        if (xarena_unmap_old(xs, z->addr, z->addr + z->requested) == XDRV_SUCCESS) {
             xlist_remove(&xs->moved, n);
             xs->unmapping_bytes -= z->requested;
             back_to_neutral(xs, z, 0);

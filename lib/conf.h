@@ -38,8 +38,8 @@ enum { XSEG_LATENCY_OFF = 0, XSEG_LATENCY_H200 = 1 };
  * may be mapped ahead of demand. */
 #define XSEG_PREMAP_OFF ((size_t)1)
 
-/* reclaim: who makes the driver calls nobody waits for (auto: the caller,
- * for now; docs/config.md gives the measurements). */
+/* reclaim: who makes the driver calls nobody waits for (auto: the worker
+ * on the cuda backend, the caller on host, whose calls cost little). */
 enum { XSEG_RECLAIM_AUTO = 0, XSEG_RECLAIM_SYNC = 1, XSEG_RECLAIM_WORKER = 2 };
 
 /* Where a request goes inside the free block chosen for it. */

@@ -155,6 +155,7 @@ enum { XREL_TODO = 0, XREL_RELEASED, XREL_UNMAP_FAILED, XREL_RELEASE_FAILED };
 typedef struct xrelease {
     struct xrelease *next;
     struct xblock *z;     /* XB_RELEASING, out of every index */
+    int unmap_only;       /* the old mapping of moved handles: unmap, no release */
     uint32_t n, cap, tries;
     size_t bytes;
     xrel_handle *h;
@@ -230,6 +231,8 @@ struct xseg {
     size_t releasing_bytes;   /* their handles' bytes, still in mapped */
     size_t releasing_handles; /* and count, still in handles */
     uint64_t wk_jobs, wk_retries; /* jobs done, unmaps tried again */
+    size_t wk_pending;    /* jobs queued or running */
+    size_t wk_unmapping;  /* old mappings of moved handles the worker unmaps */
     int wk_failed;        /* a job failed for good since xseg_trim last said so */
     int rel_async;        /* set while a reclaim may hand releases to the worker */
     xblock *reserve;      /* hint: the free block at the growth frontier holding

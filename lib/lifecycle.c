@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "driver_host.h"
 #include "internal.h"
@@ -142,12 +143,14 @@ static uint64_t teardown(xseg_t *xs, int call_driver, const char **last)
     return failed;
 }
 
-/* reclaim:worker starts the worker.  auto does not yet: on the two shared
- * traces the worker raised the peak ratio and, on llama_serve_s1, the
- * caller's driver time (docs/config.md, reclaim). */
+/* reclaim:worker, or auto on a backend whose driver calls cost real time
+ * (cuda; the host backend's cost little, and its tests and replay figures
+ * stay deterministic). */
 static int wants_worker(const xseg_t *xs)
 {
-    return xs->conf.reclaim == XSEG_RECLAIM_WORKER;
+    if (xs->conf.reclaim == XSEG_RECLAIM_WORKER)
+        return 1;
+    return xs->conf.reclaim == XSEG_RECLAIM_AUTO && strcmp(xdrv_name(xs), "cuda") == 0;
 }
 
 /* The steps after the conf is parsed, each only if all before succeeded. */

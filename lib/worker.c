@@ -62,6 +62,10 @@ static void job_run(xseg_t *xs, xrelease *job)
             h->rc = rc;
             continue;
         }
+        if (job->unmap_only) {
+            h->state = XREL_RELEASED;
+            continue;
+        }
         rc = xdrv_release(xs, h->drv);
         h->state = rc == XDRV_SUCCESS ? XREL_RELEASED : XREL_RELEASE_FAILED;
         h->rc = rc;
@@ -198,6 +202,7 @@ int xworker_takes(const xseg_t *xs)
 void xworker_push(xseg_t *xs, xrelease *job)
 {
     struct xworker *w = xs->wk;
+    xs->wk_pending++;
     pthread_mutex_lock(&w->mu);
     queue_push(w, job);
     pthread_cond_signal(&w->cv);
@@ -207,7 +212,7 @@ void xworker_push(xseg_t *xs, xrelease *job)
 void xworker_drain_locked(xseg_t *xs)
 {
     struct xworker *w = xs->wk;
-    if (!w || !xs->releasing_handles)
+    if (!w || !xs->wk_pending)
         return;
     xlock_unlock(&xs->lock);
     pthread_mutex_lock(&w->mu);

@@ -1,7 +1,8 @@
 /* test_worker.c: the reclaim worker (reclaim:worker, lib/worker.c) on the
  * host backend: releases leave the caller's thread and are counted on the
  * worker's side; trim returns with the memory back; the thread is named and
- * joined; destroy while jobs are queued loses nothing; injected driver
+ * joined; the old mappings of moved handles are unmapped by the worker;
+ * destroy while jobs are queued loses nothing; injected driver
  * failures on the worker's unmaps and releases are retried, reported and
  * never lose a handle; a forked child runs its own allocators; threads
  * hammering an allocator with a worker keep every invariant. */
@@ -270,6 +271,42 @@ START_TEST(a_forked_child_runs_its_own_worker)
 }
 END_TEST
 
+/* Growth over the release threshold moves cached handles under the new
+ * block; the worker unmaps their old mapping once the GPU is done with it
+ * (not the caller), and the range is free space again afterwards. */
+START_TEST(old_mappings_of_moved_handles_go_to_the_worker)
+{
+    xseg_t *xs = t_host("reclaim:worker,thread_cache:off");
+    void *h = t_host_ctx(xs), *s1 = (void *)0x51;
+    void *a, *x, *b;
+    ck_assert_int_eq(xseg_alloc(xs, 32 * MiB, s1, &a), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, MiB, s1, &x), XSEG_OK); /* keeps a's place apart */
+    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
+    xseg_host_hold_stream(h, s1, 1); /* the GPU still runs a's work */
+    ck_assert_int_eq(xseg_alloc(xs, 40 * MiB, s1, &b), XSEG_OK);
+    xseg_stats st = t_stats(xs);
+    ck_assert_uint_eq(st.moved_bytes, 32 * MiB);
+    ck_assert_uint_eq(st.unmapping_bytes, 32 * MiB); /* waits for the GPU: not yet handed */
+    ck_assert(!t_faults(a));
+    t_fill(b, 40 * MiB, 5);
+    xseg_host_hold_stream(h, s1, 0);
+    ck_assert_int_eq(xseg_trim(xs, SIZE_MAX, NULL), XSEG_OK); /* hands it over, waits */
+    st = t_stats(xs);
+    ck_assert_uint_eq(st.unmapping_bytes, 0);
+    ck_assert_uint_eq(side_ns(xs, XSEG_SIDE_CALLER, XSEG_OP_UNMAP), 0);
+    ck_assert_uint_gt(side_ns(xs, XSEG_SIDE_WORKER, XSEG_OP_UNMAP), 0);
+    ck_assert(t_faults(a)); /* the old mapping is gone */
+    ck_assert(t_check(b, 40 * MiB, 5));
+    T_CHECK(xs);
+    ck_assert_int_eq(xseg_free(xs, b), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, x), XSEG_OK);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
+    ck_assert_uint_eq(live_handles(xs), 0);
+    xseg_destroy(xs);
+}
+END_TEST
+
 /* ---- threads against a worker (TSan runs this) ---- */
 
 typedef struct {
@@ -341,6 +378,7 @@ int main(void)
     tcase_add_test(tc, an_unmap_that_keeps_failing_goes_back_to_the_cache);
     tcase_add_test(tc, a_failed_release_is_an_orphan_released_later);
     tcase_add_test(tc, a_forked_child_runs_its_own_worker);
+    tcase_add_test(tc, old_mappings_of_moved_handles_go_to_the_worker);
     tcase_add_test(tc, threads_with_a_worker_keep_every_invariant);
     suite_add_tcase(s, tc);
     return t_run(s);
