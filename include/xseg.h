@@ -117,6 +117,12 @@ typedef struct xseg_stats {
      * cached blocks under the new block (docs/design.md): */
     uint64_t moved_bytes;      /* handle bytes moved so, total */
     uint64_t unmapping_bytes;  /* old mappings of moved handles waiting for the GPU */
+    /* The reclaim worker (reclaim:worker, docs/config.md): */
+    uint64_t driver_calls_worker; /* driver calls it made (also in driver_calls) */
+    uint64_t driver_ns_caller;    /* ns in driver calls on the callers' threads */
+    uint64_t driver_ns_worker;    /* ns in driver calls on the worker's thread */
+    uint64_t worker_jobs;         /* release and unmap jobs it finished */
+    uint64_t worker_bytes;        /* handed to it, not yet given back */
 } xseg_stats;
 
 /* Static information. */

@@ -31,7 +31,7 @@
 #include "xseg.h"
 
 #define XSEG_SHM_MAGIC 0x314d48534745535full /* "_SEGSHM1", little-endian */
-#define XSEG_SHM_VERSION 2u /* 2: every xseg_stats field, library version */
+#define XSEG_SHM_VERSION 3u /* 2: every xseg_stats field, library version; 3: the worker's */
 #define XSEG_SHM_SLOTS 64u
 #define XSEG_SHM_PREFIX "xseg."
 #define XSEG_SHM_DEFAULT_DIR "/dev/shm"
@@ -96,7 +96,12 @@ enum xseg_shm_field {
     XSF_MOVED,          /* handle bytes moved, total */
     XSF_UNMAPPING,      /* old mappings of moved handles waiting for the GPU */
     XSF_DRV,            /* XSEG_SHM_OPS counters, indexed by xseg_op */
-    XSF_COUNT = XSF_DRV + XSEG_SHM_OPS
+    XSF_DRV_CALLS_WORKER = XSF_DRV + XSEG_SHM_OPS, /* the reclaim worker's: */
+    XSF_DRV_NS_CALLER,
+    XSF_DRV_NS_WORKER,
+    XSF_WORKER_JOBS,
+    XSF_WORKER_BYTES,
+    XSF_COUNT
 };
 
 typedef struct xseg_shm_record {

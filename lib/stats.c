@@ -71,6 +71,10 @@ void xseg_fill_stats(xseg_t *xs, xseg_stats *st)
     s.largest_free_block = xseg_largest_free(xs);
     s.mapped_cap = xs->cap == SIZE_MAX ? 0 : xs->cap;
     s.page_size = xs->arena.page;
+    s.driver_calls_worker = xs->drvb.calls_side[XDRV_SIDE_WORKER];
+    s.driver_ns_caller = xdrv_ns(xs, XDRV_SIDE_CALLER, XSEG_OP_COUNT);
+    s.driver_ns_worker = xdrv_ns(xs, XDRV_SIDE_WORKER, XSEG_OP_COUNT);
+    s.worker_bytes = xs->releasing_bytes + xs->wk_unmapping;
     size_t n = st->size < sizeof s ? st->size : sizeof s;
     memcpy(st, &s, n);
     st->size = (uint32_t)n;

@@ -122,7 +122,22 @@ X(MONO, moved_bytes, "moved_bytes", xs, moved_bytes, XSF_MOVED, \
     "Bytes of cached handles moved under new blocks instead of new memory.")) \
 X(GAUGE, unmapping_bytes, "unmapping_bytes", xs, unmapping_bytes, XSF_UNMAPPING, \
   P(30, unmapping_bytes, one, gauge, "xseg_unmapping_bytes", \
-    "Old mappings of moved handles waiting for the GPU before they are unmapped."))
+    "Old mappings of moved handles waiting for the GPU before they are unmapped.")) \
+X(MONO, driver_calls_worker, "driver_calls_worker", calc, 0, XSF_DRV_CALLS_WORKER, \
+  P(33, driver_calls_worker, one, counter, "xseg_driver_calls_worker_total", \
+    "Driver calls made by the reclaim worker thread (also in xseg_driver_calls_total).")) \
+X(MONO, driver_ns_caller, "driver_ns_caller", calc, 0, XSF_DRV_NS_CALLER, \
+  P(34, driver_ns_caller, one, counter, "xseg_driver_caller_nanoseconds_total", \
+    "Time spent in driver calls on the callers' threads.")) \
+X(MONO, driver_ns_worker, "driver_ns_worker", calc, 0, XSF_DRV_NS_WORKER, \
+  P(35, driver_ns_worker, one, counter, "xseg_driver_worker_nanoseconds_total", \
+    "Time spent in driver calls on the reclaim worker's thread.")) \
+X(MONO, worker_jobs, "worker_jobs", xs, wk_jobs, XSF_WORKER_JOBS, \
+  P(36, worker_jobs, one, counter, "xseg_worker_jobs_total", \
+    "Release and unmap jobs the reclaim worker finished.")) \
+X(GAUGE, worker_bytes, "worker_bytes", calc, 0, XSF_WORKER_BYTES, \
+  P(37, worker_bytes, one, gauge, "xseg_worker_bytes", \
+    "Bytes handed to the reclaim worker and not yet given back: memory being released (in xseg_mapped_bytes) and old mappings being unmapped."))
 /* clang-format on */
 
 /* Number of uint64_t words of a kind (0: a header word, not copied). */

@@ -81,6 +81,13 @@ START_TEST(releases_leave_the_callers_thread)
     ck_assert_uint_gt(side_ns(xs, XSEG_SIDE_WORKER, XSEG_OP_UNMAP), 0);
     ck_assert_uint_gt(side_ns(xs, XSEG_SIDE_WORKER, XSEG_OP_RELEASE), 0);
     ck_assert_uint_eq(s.driver_calls[XSEG_OP_UNMAP], xs->drvb.calls_side[XDRV_SIDE_WORKER] / 2);
+    /* The stats say the same: the worker's calls, time and jobs. */
+    ck_assert_uint_eq(s.driver_calls_worker, xs->drvb.calls_side[XDRV_SIDE_WORKER]);
+    ck_assert_uint_gt(s.driver_calls_worker, 0);
+    ck_assert_uint_eq(s.driver_ns_worker, side_ns(xs, XSEG_SIDE_WORKER, XSEG_OP_COUNT));
+    ck_assert_uint_eq(s.driver_ns_caller, side_ns(xs, XSEG_SIDE_CALLER, XSEG_OP_COUNT));
+    ck_assert_uint_ge(s.worker_jobs, 1);
+    ck_assert_uint_eq(s.worker_bytes, 0); /* all back */
     for (int i = 1; i < 4; i += 2)
         ck_assert(t_check(p[i], 8 * MiB, (uint32_t)i)); /* live neighbours untouched */
     /* The released range is used again. */

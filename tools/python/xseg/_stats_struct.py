@@ -30,7 +30,9 @@ COUNTERS = ("allocated_bytes", "requested_bytes", "active_blocks", "reserved_va_
 
 SCALARS = ("driver_errors", "alloc_calls", "free_calls", "alloc_retries", "ooms", "syncs",
            "gc_runs", "trims", "released_bytes", "deferred_frees", "largest_free_block",
-           "mapped_cap", "device_total", "page_size", "moved_bytes", "unmapping_bytes")
+           "mapped_cap", "device_total", "page_size", "moved_bytes", "unmapping_bytes",
+           "driver_calls_worker", "driver_ns_caller", "driver_ns_worker", "worker_jobs",
+           "worker_bytes")
 
 
 class XsegStats(ctypes.Structure):
