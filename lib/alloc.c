@@ -307,6 +307,7 @@ static size_t reclaim_block(xseg_t *xs, xblock *b, size_t want, int *refused)
 size_t xseg_reclaim(xseg_t *xs, size_t want, int block)
 {
     size_t got = 0;
+
     if (!xlist_empty(&xs->moved))
         xblk_moved_process(xs, block);
     xlist skipped = {NULL, NULL};
@@ -1059,12 +1060,34 @@ static void premap_after(xseg_t *xs, xblock *b)
         lru_push(xs, r); /* cached memory: reclaim and trim find it */
 }
 
+/* A handle released while the worker has not yet unmapped its old mapping
+ * (from a move) keeps its memory until that unmap: the driver frees
+ * physical memory at the last unmap, and mapped_bytes would no longer be
+ * the device's figure (measured on the H200: docs/performance.md).  So
+ * before growth that may release handles (the threshold's reclaim), the
+ * block found goes back, the worker finishes its unmaps, and the search
+ * runs again: no lock is given up with a block half taken. */
+static xblock *find_after_drain(xseg_t *xs, xfit *f)
+{
+    xblock *b = f->block;
+    if (!xs->wk_unmapping)
+        return b;
+    if (!f->from)
+        b->owner = NULL;
+    b->epoch = f->from ? f->epoch : 0;
+    coalesce(xs, b, 1);
+    xworker_drain_locked(xs);
+    return find_block(xs, f);
+}
+
 xseg_status xblk_alloc(xseg_t *xs, xstream *s, size_t size, size_t request, xblock **out)
 {
     xfit f = {.s = s, .size = size};
     xblock *b = find_block(xs, &f);
     if (b)
         b = find_after_flush(xs, &f);
+    if (b)
+        b = find_after_drain(xs, &f);
     if (!b) {
         char b1[32];
         return xseg_fail(xs, XSEG_ERR_VA_EXHAUSTED,
@@ -1074,7 +1097,8 @@ xseg_status xblk_alloc(xseg_t *xs, xstream *s, size_t size, size_t request, xblo
     xs->arena_used += b->size;
     if (xs->arena_used > xs->peak_alloc_ever)
         xs->peak_alloc_ever = xs->arena_used;
-    split_large(xs, b, f.from, f.epoch);
+    if (!xs->wk_unmapping) /* a split releases handles: not while old mappings wait */
+        split_large(xs, b, f.from, f.epoch);
     xseg_status st = ensure_mapped(xs, b, request);
     if (st != XSEG_OK) {
         xs->arena_used -= b->size;
