@@ -1,0 +1,81 @@
+/* test_premap.c: premap (docs/config.md): growth at the arena's frontier
+ * maps ahead in few large handles, bounded by the budget, the cap and the
+ * release threshold; the reserve is cached memory that trim gives back;
+ * premap:off maps one handle per page as before. */
+#include "internal.h"
+#include "support_common.h"
+
+#define MiB ((size_t)1 << 20)
+#define N 100
+
+/* N sequential 2 MiB allocations; returns the creates they made. */
+static uint64_t grow(xseg_t *xs, void **p)
+{
+    uint64_t c0 = t_stats(xs).driver_calls[XSEG_OP_CREATE];
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(xseg_alloc(xs, 2 * MiB, NULL, &p[i]), XSEG_OK);
+        t_fill(p[i], 4096, (uint32_t)i);
+    }
+    return t_stats(xs).driver_calls[XSEG_OP_CREATE] - c0;
+}
+
+static void free_all(xseg_t *xs, void **p)
+{
+    for (int i = 0; i < N; i++) {
+        ck_assert(t_check(p[i], 4096, (uint32_t)i));
+        ck_assert_int_eq(xseg_free(xs, p[i]), XSEG_OK);
+    }
+}
+
+START_TEST(sequential_growth_maps_few_handles)
+{
+    xseg_t *xs = t_host("premap:64MB,thread_cache:off");
+    void *p[N];
+    uint64_t creates = grow(xs, p);
+    ck_assert_uint_le(creates, 12); /* 200 MiB in 64 MiB runs of powers of two */
+    xseg_stats s = t_stats(xs);
+    ck_assert_uint_le(s.mapped_bytes.peak, (N * 2 + 64) * MiB); /* the reserve is bounded */
+    ck_assert_uint_gt(xs->premapped, 0);
+    T_CHECK(xs);
+    free_all(xs, p);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0); /* reserve included */
+    T_CHECK(xs);
+    xseg_destroy(xs);
+}
+END_TEST
+
+START_TEST(off_maps_a_handle_per_page)
+{
+    xseg_t *xs = t_host("premap:off,thread_cache:off");
+    void *p[N];
+    ck_assert_uint_eq(grow(xs, p), N);
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.peak, N * 2 * MiB);
+    ck_assert_uint_eq(xs->premapped, 0);
+    free_all(xs, p);
+    xseg_destroy(xs);
+}
+END_TEST
+
+START_TEST(the_cap_bounds_the_reserve)
+{
+    xseg_t *xs = t_host("premap:64MB,thread_cache:off,max_mapped:210MB");
+    void *p[N];
+    grow(xs, p); /* 200 MiB live: the reserve may not pass the cap */
+    ck_assert_uint_le(t_stats(xs).mapped_bytes.peak, 210 * MiB);
+    T_CHECK(xs);
+    free_all(xs, p);
+    xseg_destroy(xs);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("premap");
+    TCase *tc = tcase_create("premap");
+    tcase_add_test(tc, sequential_growth_maps_few_handles);
+    tcase_add_test(tc, off_maps_a_handle_per_page);
+    tcase_add_test(tc, the_cap_bounds_the_reserve);
+    suite_add_tcase(s, tc);
+    return t_run(s);
+}
