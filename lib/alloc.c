@@ -992,17 +992,23 @@ static xblock *find_after_flush(xseg_t *xs, xfit *f)
 }
 
 /* ---- premap: the growth frontier mapped ahead ----
- * A block that grows the arena at its frontier (the free space after it
- * runs to the arena's end) maps, with its own pages, the pages after it in
+ * When growth is sequential (XSEG_PREMAP_STREAK allocations in a row at
+ * the arena's frontier, where the free space after the block runs to the
+ * arena's end), the block maps, with its own pages, the pages after it in
  * the fewest large handles: the reserve.  The next growths find their pages
  * mapped there (fit_reserve) and call no driver function, and sequential
  * growth maps one handle per reserve instead of one per page.  The reserve
- * is memory over the live bytes: premap:auto holds at most 1/256 of the
+ * is memory over the live bytes: premap:auto holds at most 1/128 of the
  * peak of allocated bytes (4 MiB at least, 1 GiB at most), premap:SIZE at
- * most SIZE, within the cap; it is cached memory like any other (reclaim
- * and trim give it back). */
+ * most SIZE, within the cap and at most that over the release threshold;
+ * it is cached memory like any other (reclaim and trim give it back).
+ * Growth that is not sequential (holes filled between live blocks) gets no
+ * reserve: there it was taken and given back again (docs/config.md). */
 
 #define XSEG_PREMAP_MIN ((size_t)4 << 20)
+/* Consecutive allocations at the frontier before premap maps ahead: only
+ * growth that is sequential gets a reserve. */
+#define XSEG_PREMAP_STREAK 32
 #define XSEG_PREMAP_MAX ((size_t)1 << 30)
 
 /* The most that may be mapped ahead now (0: premap is off). */
@@ -1012,7 +1018,7 @@ size_t xseg_premap_budget(const xseg_t *xs)
     if (c == XSEG_PREMAP_OFF || !xs->conf.caching)
         return 0;
     if (c == XSEG_SIZE_AUTO) {
-        c = xs->peak_alloc_ever / 256;
+        c = xs->peak_alloc_ever / 128;
         c = c < XSEG_PREMAP_MIN ? XSEG_PREMAP_MIN : c > XSEG_PREMAP_MAX ? XSEG_PREMAP_MAX : c;
     }
     return c / xs->arena.page * xs->arena.page;
@@ -1109,8 +1115,13 @@ xseg_status xblk_alloc(xseg_t *xs, xstream *s, size_t size, size_t request, xblo
         coalesce(xs, b, 1);
         return st;
     }
-    if (frontier_after(xs, b))
-        premap_after(xs, b);
+    if (frontier_after(xs, b)) {
+        xs->streak++;
+        if (xs->streak >= XSEG_PREMAP_STREAK)
+            premap_after(xs, b);
+    } else {
+        xs->streak = 0;
+    }
     *out = b;
     return XSEG_OK;
 }

@@ -238,6 +238,7 @@ struct xseg {
     xblock *reserve;      /* hint: the free block at the growth frontier holding
                              pages mapped ahead (premap); checked before use */
     uint64_t premapped;   /* bytes mapped ahead of demand, total */
+    uint32_t streak;      /* consecutive allocations at the growth frontier */
     /* monitoring (history.c, shm.c) */
     void *hist;           /* event ring buffer, NULL when history is off */
     void *shm;            /* live-stats publication, NULL when stats_shm is off */
