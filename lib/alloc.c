@@ -833,7 +833,8 @@ static void split_large(xseg_t *xs, xblock *b, xstream *from, uint64_t epoch)
     const xblock *r = frontier_after(xs, b);
     for (int i = 0; i < 2; i++)
         can[i] = straddling(ar, i ? pb : pa, pa, pb, &hs[i], &he[i]) &&
-                 !(r && he[i] > r->addr) && /* the reserve's run serves the growth after b */
+                 /* a premapped run reaching into the reserve serves the growth after b */
+                 !(r && he[i] > r->addr && xarena_premapped(xs, i ? pb : pa)) &&
                  !(i && can[0] && hs[1] == hs[0]) && /* the same handle at both edges */
                  others_free(xs, b, hs[i], he[i], 0);
     if (!can[0] && !can[1])
