@@ -2,7 +2,8 @@
  * host backend: releases leave the caller's thread and are counted on the
  * worker's side; trim returns with the memory back; the thread is named and
  * joined; the old mappings of moved handles are unmapped by the worker;
- * destroy while jobs are queued loses nothing; injected driver
+ * destroy while jobs are queued loses nothing; every call the worker
+ * makes may fail in turn; injected driver
  * failures on the worker's unmaps and releases are retried, reported and
  * never lose a handle; a forked child runs its own allocators; threads
  * hammering an allocator with a worker keep every invariant. */
@@ -314,6 +315,62 @@ START_TEST(old_mappings_of_moved_handles_go_to_the_worker)
 }
 END_TEST
 
+/* Every call the worker makes in a small workload fails in turn (the n-th
+ * of them, with an out-of-memory code): each run ends with everything
+ * released after a second trim, the walk finds every invariant, and the
+ * backend holds no handle after destroy. */
+static struct {
+    int n, seen;
+} g_nth;
+
+static int fail_nth_worker_call(void *user, int op)
+{
+    (void)user;
+    (void)op;
+    if (xdrv_side_get() != XDRV_SIDE_WORKER)
+        return XDRV_SUCCESS;
+    int k = __atomic_fetch_add(&g_nth.seen, 1, __ATOMIC_SEQ_CST);
+    return k == g_nth.n ? XDRV_OUT_OF_MEMORY : XDRV_SUCCESS;
+}
+
+/* The workload; returns the worker calls it made. */
+static int nth_run(int n)
+{
+    xseg_host_counts g0, g1;
+    xseg_host_counts_global(&g0);
+    g_nth.n = n;
+    __atomic_store_n(&g_nth.seen, 0, __ATOMIC_SEQ_CST);
+    xdrv_set_fault_hook(fail_nth_worker_call, NULL);
+    xseg_t *xs = t_host("reclaim:worker,release_threshold:0,thread_cache:off");
+    void *p[12];
+    for (int i = 0; i < 12; i++)
+        ck_assert_int_eq(xseg_alloc(xs, (size_t)(i % 3 + 1) * 2 * MiB, NULL, &p[i]), XSEG_OK);
+    for (int i = 0; i < 12; i++)
+        ck_assert_int_eq(xseg_free(xs, p[i]), XSEG_OK);
+    (void)xseg_trim(xs, 0, NULL); /* may report the failure */
+    int seen = __atomic_load_n(&g_nth.seen, __ATOMIC_SEQ_CST);
+    xdrv_set_fault_hook(NULL, NULL);
+    T_CHECK(xs);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    ck_assert_msg(t_stats(xs).mapped_bytes.current == 0 && live_handles(xs) == 0,
+                  "failing worker call %d: %llu bytes mapped, %zu handles after trim", n,
+                  (unsigned long long)t_stats(xs).mapped_bytes.current, live_handles(xs));
+    xseg_destroy(xs);
+    xseg_host_counts_global(&g1);
+    ck_assert_uint_eq(g1.handles, g0.handles);
+    ck_assert_uint_eq(g1.mappings, g0.mappings);
+    return seen;
+}
+
+START_TEST(every_worker_call_may_fail)
+{
+    int calls = nth_run(-1); /* nothing fails: how many calls there are */
+    ck_assert_int_gt(calls, 0);
+    for (int n = 0; n < calls; n++)
+        nth_run(n);
+}
+END_TEST
+
 /* ---- threads against a worker (TSan runs this) ---- */
 
 typedef struct {
@@ -400,6 +457,7 @@ int main(void)
     tcase_add_test(tc, a_failed_release_is_an_orphan_released_later);
     tcase_add_test(tc, a_forked_child_runs_its_own_worker);
     tcase_add_test(tc, old_mappings_of_moved_handles_go_to_the_worker);
+    tcase_add_test(tc, every_worker_call_may_fail);
     tcase_add_loop_test(tc, threads_with_a_worker_keep_every_invariant, 0,
                         (int)(sizeof k_hammer_confs / sizeof *k_hammer_confs));
     suite_add_tcase(s, tc);
