@@ -51,7 +51,10 @@ typedef enum xseg_status {
     XSEG_ERR_FORKED = 11,         /* used in a child process after fork() */
     XSEG_ERR_VA_EXHAUSTED = 12,   /* the virtual range has no room left */
     XSEG_ERR_BUFFER_TOO_SMALL = 13,
-    XSEG_ERR_INTERNAL = 14
+    XSEG_ERR_INTERNAL = 14,
+    XSEG_ERR_ASLEEP = 15,         /* the memory of this tag is asleep (xseg_sleep) */
+    XSEG_ERR_STATE = 16           /* not possible in the current state (wake of a tag
+                                     that is awake, sleep during a graph capture, ...) */
 } xseg_status;
 
 /* Driver operations, as counted in xseg_stats.driver_calls. */
@@ -70,6 +73,11 @@ typedef enum xseg_op {
     XSEG_OP_EVENT_SYNC,
     XSEG_OP_EVENT_DESTROY,
     XSEG_OP_STREAM_SYNC,
+    XSEG_OP_HOST_ALLOC,      /* pinned host memory for sleep's backups */
+    XSEG_OP_HOST_FREE,
+    XSEG_OP_COPY_TO_HOST,    /* asynchronous copies of sleep and wake */
+    XSEG_OP_COPY_TO_DEVICE,
+    XSEG_OP_COPY_WAIT,       /* wait for the copies issued */
     XSEG_OP_COUNT
 } xseg_op;
 
@@ -268,6 +276,65 @@ typedef struct xseg_torch_pools_info {
 XSEG_API xseg_status xseg_torch_pools(int device, xseg_torch_pools_info *out);
 /* Set the process-wide allocators' conf before first use (NULL: XSEG_CONF). */
 XSEG_API xseg_status xseg_set_default_conf(const char *conf);
+
+/* ---- Tags, sleep and wake (docs/sleep.md) ----
+ * A tag names a kind of memory ("weights", "kv", ...).  Tags are process
+ * wide: tag 0 is "default" (untagged memory); others are registered by name
+ * and numbered 1 .. XSEG_MAX_TAGS - 1.  Each thread has a stack of tags; an
+ * allocation takes the tag on top (0 when empty), or the one passed to
+ * xseg_alloc_tagged.  The blocks of each tag live in their own virtual range
+ * of the allocator, so no page holds two tags' memory.
+ * xseg_sleep gives back the physical memory under a tag's blocks, live ones
+ * included, and keeps their addresses: pointers, and CUDA graphs captured
+ * with them, stay valid.  xseg_wake maps memory at the same addresses again
+ * (and restores the contents a backup sleep saved).  Between the two, the
+ * tag's allocations fail with XSEG_ERR_ASLEEP, its frees work (the memory is
+ * simply dropped), and a kernel touching its memory faults. */
+#define XSEG_MAX_TAGS 32
+#define XSEG_TAG_NAME_MAX 32 /* with the NUL */
+typedef enum xseg_sleep_mode {
+    XSEG_SLEEP_DISCARD = 0,  /* contents lost (KV caches, scratch) */
+    XSEG_SLEEP_BACKUP = 1    /* contents copied to pinned host memory and back */
+} xseg_sleep_mode;
+/* The id of tag `name` ([A-Za-z0-9_.:-], 1..31 chars), registered on first
+ * use; "default" is 0. */
+XSEG_API xseg_status xseg_tag_id(const char *name, int *tag);
+/* Name of a registered tag, NULL if none. */
+XSEG_API const char *xseg_tag_name(int tag);
+/* The calling thread's tag stack (depth at most 64). */
+XSEG_API xseg_status xseg_tag_push(int tag);
+XSEG_API xseg_status xseg_tag_pop(void);
+XSEG_API int xseg_tag_current(void);
+/* xseg_alloc with an explicit tag (the thread's stack is ignored). */
+XSEG_API xseg_status xseg_alloc_tagged(xseg_t *xs, size_t size, void *stream, int tag,
+                                       void **out);
+/* The tag of a live allocation. */
+XSEG_API xseg_status xseg_tag_of(xseg_t *xs, const void *ptr, int *tag);
+/* Put the memory of `ntags` tags to sleep: wait for the GPU work queued on
+ * every stream that used it (events, no device sync), copy live contents to
+ * host memory (XSEG_SLEEP_BACKUP), then unmap and release every physical
+ * handle of those tags, cached memory included.  All or nothing: on failure
+ * the tags are awake as before.  A tag already asleep is XSEG_ERR_STATE. */
+XSEG_API xseg_status xseg_sleep(xseg_t *xs, const int *tags, size_t ntags, xseg_sleep_mode mode);
+/* Wake them: map memory under every live block again and restore backups.
+ * On failure (out of memory, cap, driver) the tags stay asleep, nothing is
+ * mapped for them and nothing is lost: the call can be made again. */
+XSEG_API xseg_status xseg_wake(xseg_t *xs, const int *tags, size_t ntags);
+typedef struct xseg_tag_stats {
+    uint32_t size;             /* caller sets sizeof(xseg_tag_stats) */
+    int32_t tag;
+    char name[XSEG_TAG_NAME_MAX];
+    int32_t asleep;            /* 0 awake, 1 asleep */
+    int32_t mode;              /* xseg_sleep_mode of the last sleep */
+    xseg_counter live_bytes;   /* allocated (rounded) bytes of the tag's blocks */
+    xseg_counter mapped_bytes; /* physical memory mapped for the tag */
+    uint64_t sleeping_bytes;   /* live bytes whose memory is given back now */
+    uint64_t backup_bytes;     /* host bytes holding their contents (backup) */
+    uint64_t sleeps, wakes;
+    uint64_t last_sleep_ns, last_wake_ns; /* duration of the last of each */
+} xseg_tag_stats;
+/* Stats of one tag of xs (a tag xs never used reads zero). */
+XSEG_API xseg_status xseg_tag_stats_get(xseg_t *xs, int tag, xseg_tag_stats *out);
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,7 @@
  * out-of-memory reports), then the allocator proper. */
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 #include "textbuf.h"
@@ -56,8 +57,14 @@ xseg_status xseg_destroy(xseg_t *xs)
         xlock_lock(&xs->lock);
         xlock_unlock(&xs->lock);
     }
-    if (!child)
+    if (!child) {
         xtc_detach_all(xs);
+        for (int t = 1; t < XSEG_MAX_TAGS; t++) {
+            xseg_t *c = atomic_load(&xs->tags[t]);
+            if (c)
+                xtc_detach_all(c);
+        }
+    }
     return xlife_destroy(xs, !child);
 }
 
@@ -143,6 +150,18 @@ static void stamp(xseg_t *xs, uintptr_t addr, uintptr_t tag, size_t block, size_
 xseg_status xseg_alloc(xseg_t *xs, size_t size, void *stream, void **out)
 {
     CHECK_XS(xs);
+    if (xseg_tls_tag && !xs->parent) { /* the thread's tag has its own allocator */
+        xseg_t *c = NULL;
+        if (out)
+            *out = NULL;
+        xseg_status st = xtag_get(xs, xseg_tls_tag, 1, &c, "xseg_alloc");
+        return st == XSEG_OK ? xapi_alloc(c, size, stream, out) : st;
+    }
+    return xapi_alloc(xs, size, stream, out);
+}
+
+xseg_status xapi_alloc(xseg_t *xs, size_t size, void *stream, void **out)
+{
     if (!out)
         return refused(xs, &xs->alloc_calls,
                        xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_alloc: out is NULL"));
@@ -170,6 +189,16 @@ xseg_status xseg_alloc(xseg_t *xs, size_t size, void *stream, void **out)
     uintptr_t tag = 0;
     xlock_lock(&xs->lock);
     xs->alloc_calls++;
+    if (atomic_load_explicit(&xs->asleep, memory_order_relaxed)) {
+        char b1[32];
+        xseg_status st = xseg_fail(xs, XSEG_ERR_ASLEEP,
+                                   "xseg_alloc: request of %zu bytes for tag %d (\"%s\"), whose "
+                                   "memory is asleep (%s live, given back); xseg_wake it first",
+                                   size, xs->tag, xseg_tag_name(xs->tag),
+                                   xseg_fmt_size(xs->allocated.cur, b1, sizeof b1));
+        xlock_unlock(&xs->lock);
+        return st;
+    }
     if (xs->tc_on)
         xtc_flush_own(xs); /* held blocks go back before anything is chosen */
     xstream *s = xstream_get(xs, stream);
@@ -201,12 +230,23 @@ xseg_status xseg_alloc(xseg_t *xs, size_t size, void *stream, void **out)
 
 /* ---- free ---- */
 
+/* The allocator of xs's family that serves ptr (xs when none does: its
+ * own checks then name the bad pointer). */
+static xseg_t *owner_of(xseg_t *xs, const void *ptr)
+{
+    if (xseg_in_range(xs, (uintptr_t)ptr))
+        return xs;
+    xseg_t *o = xseg_range_owner(xs->parent ? xs->parent : xs, (uintptr_t)ptr);
+    return o ? o : xs;
+}
+
 xseg_status xseg_free(xseg_t *xs, void *ptr)
 {
     CHECK_XS(xs);
     if (!ptr)
         return refused(xs, &xs->free_calls,
                        xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_free: pointer is NULL"));
+    xs = owner_of(xs, ptr); /* a tag's memory is freed by its allocator */
     if (xs->tc_on && xtc_free(xs, ptr))
         return XSEG_OK;
     xlock_lock(&xs->lock);
@@ -223,6 +263,7 @@ xseg_status xseg_record_stream(xseg_t *xs, void *ptr, void *stream)
     CHECK_XS(xs);
     if (!ptr)
         return xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_record_stream: pointer is NULL");
+    xs = owner_of(xs, ptr);
     uintptr_t tag;
     xseg_status st = XSEG_OK;
     xlock_lock(&xs->lock);
@@ -257,6 +298,7 @@ xseg_status xseg_block_size(xseg_t *xs, const void *ptr, size_t *rounded, size_t
     CHECK_XS(xs);
     if (!ptr)
         return xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_block_size: pointer is NULL");
+    xs = owner_of(xs, ptr);
     uintptr_t tag;
     xseg_status st = XSEG_OK;
     xlock_lock(&xs->lock);
@@ -310,7 +352,31 @@ xseg_status xseg_trim(xseg_t *xs, size_t keep, size_t *released)
     xseg_hist(xs, XEV_TRIM, 0, (size_t)(xs->released - before), NULL);
     xseg_shm(xs);
     xlock_unlock(&xs->lock);
+    for (int t = 1; t < XSEG_MAX_TAGS; t++) { /* its tags' allocators, each keeping `keep` */
+        xseg_t *c = atomic_load(&xs->tags[t]);
+        size_t r = 0;
+        if (!c)
+            continue;
+        xseg_status ct = xseg_trim(c, keep, &r);
+        if (released)
+            *released += r;
+        if (st == XSEG_OK)
+            st = ct;
+    }
     return st;
+}
+
+/* An allocator's stats with its tags' added (tags.c). */
+static void family_stats(xseg_t *xs, xseg_stats *out)
+{
+    xseg_stats s = {.size = sizeof s};
+    xlock_lock(&xs->lock);
+    xseg_fill_stats(xs, &s);
+    xlock_unlock(&xs->lock);
+    xtag_stats_add(xs, &s);
+    size_t n = out->size < sizeof s ? out->size : sizeof s;
+    memcpy(out, &s, n);
+    out->size = (uint32_t)n;
 }
 
 xseg_status xseg_get_stats(xseg_t *xs, xseg_stats *out)
@@ -320,9 +386,7 @@ xseg_status xseg_get_stats(xseg_t *xs, xseg_stats *out)
         return xseg_fail(xs, XSEG_ERR_INVALID_ARG,
                          "xseg_get_stats: out is NULL or out->size (%u) is not set to "
                          "sizeof(xseg_stats) (%zu)", out ? out->size : 0, sizeof(xseg_stats));
-    xlock_lock(&xs->lock);
-    xseg_fill_stats(xs, out);
-    xlock_unlock(&xs->lock);
+    family_stats(xs, out);
     return XSEG_OK;
 }
 
@@ -351,6 +415,11 @@ xseg_status xseg_reset_peak(xseg_t *xs)
     xs->cached_peak = xs->mapped.cur > xs->allocated.cur ? xs->mapped.cur - xs->allocated.cur : 0;
     xseg_shm(xs);
     xlock_unlock(&xs->lock);
+    for (int t = 1; t < XSEG_MAX_TAGS; t++) {
+        xseg_t *c = atomic_load(&xs->tags[t]);
+        if (c)
+            xseg_reset_peak(c);
+    }
     return XSEG_OK;
 }
 
@@ -360,9 +429,7 @@ xseg_status xseg_stats_json(xseg_t *xs, char *buf, size_t cap, size_t *len)
     if (!buf && cap)
         return xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_stats_json: buf is NULL");
     xseg_stats st = {.size = sizeof st};
-    xlock_lock(&xs->lock);
-    xseg_fill_stats(xs, &st);
-    xlock_unlock(&xs->lock);
+    family_stats(xs, &st);
     size_t n = xseg_render_json(&st, xdrv_name(xs), buf, cap);
     if (len)
         *len = n;

@@ -614,9 +614,17 @@ static int ck_pages(ck *c)
     return 1;
 }
 
-/* Every page under a block in use (slabs included) is mapped. */
+/* Every page under a block in use (slabs included) is mapped; while the
+ * memory sleeps (sleep.c), no page is. */
 static int ck_block_pages(ck *c)
 {
+    if (atomic_load(&c->xs->asleep)) {
+        if (c->xs->mapped.cur || !xarena_all_unmapped(c->xs, c->xs->arena.base,
+                                                      c->xs->arena.base + c->xs->arena.size))
+            return bad(c, "nothing is mapped while asleep", NULL, "mapped %llu",
+                       (unsigned long long)c->xs->mapped.cur);
+        return 1;
+    }
     for (const xblock *b = c->xs->first_block; b; b = b->anext)
         if (!(b->flags & CK_OUT) &&
             !xarena_all_mapped(c->xs, b->addr, b->addr + b->size))
@@ -677,5 +685,10 @@ xseg_status xseg_check(xseg_t *xs)
     xlock_lock(&xs->lock);
     st = walk(xs);
     xlock_unlock(&xs->lock);
+    for (int t = 1; st == XSEG_OK && t < XSEG_MAX_TAGS; t++) { /* its tags' allocators */
+        xseg_t *c = atomic_load(&xs->tags[t]);
+        if (c)
+            st = xseg_check(c);
+    }
     return st;
 }

@@ -42,6 +42,12 @@
     X(EventSynchronize, 2000)                   \
     X(EventDestroy, 4000)                       \
     X(StreamSynchronize, 2000)                  \
+    X(StreamCreate, 2000)                       \
+    X(StreamDestroy, 4000)                      \
+    X(MemHostAlloc, 2020)                       \
+    X(MemFreeHost, 2000)                        \
+    X(MemcpyDtoHAsync, 3020)                    \
+    X(MemcpyHtoDAsync, 3020)                    \
     X(GetErrorName, 6000)
 
 #endif /* XSEG_CUDA_SYMS_H */

@@ -24,6 +24,13 @@
  *    effect when it fails.  None may abort or print.
  *  - Calls on one ctx are serialised by the caller (the allocator's lock),
  *    except granularity() and mem_info(), which may be called at any time.
+ *  - Copies (sleep and wake, docs/sleep.md): host_alloc gives pinned host
+ *    memory (page-locked: the device copies to and from it at full speed);
+ *    copy() queues an asynchronous copy between device memory mapped with
+ *    access and such host memory, on one copy stream of the context, in
+ *    order; copy_wait() returns once every copy queued has completed (or
+ *    the first failure of any).  host: memcpy, done at once.  A table may
+ *    leave these NULL: the layer answers XDRV_NOT_SUPPORTED.
  */
 #ifndef XSEG_DRIVER_H
 #define XSEG_DRIVER_H
@@ -77,6 +84,10 @@ typedef struct xseg_driver {
     int (*event_sync)(void *ctx, void *event);
     int (*event_destroy)(void *ctx, void *event);
     int (*stream_sync)(void *ctx, void *stream);
+    int (*host_alloc)(void *ctx, size_t size, void **host);
+    int (*host_free)(void *ctx, void *host);
+    int (*copy)(void *ctx, void *dst, const void *src, size_t size, int to_device);
+    int (*copy_wait)(void *ctx);
     /* Short name of a code, e.g. "CUDA_ERROR_OUT_OF_MEMORY". */
     const char *(*error_name)(int code);
     /* XDRV_CAP_* bits (last, so tables written before it read 0). */

@@ -91,6 +91,8 @@ typedef struct cuda_ctx {
     size_t granularity;
     CUmemAllocationProp prop;
     CUmemAccessDesc access;
+    pthread_mutex_t copy_mu;  /* guards copy_stream's creation (shared ctx) */
+    CUstream copy_stream;     /* sleep and wake copies, created on first use */
 } cuda_ctx;
 
 /* ---- loading ---------------------------------------------------------- */
@@ -414,8 +416,10 @@ static int cuda_init(void **ctx, int device, size_t capacity, char *err, size_t 
         return XDRV_OUT_OF_MEMORY;
     }
     c->ordinal = device;
+    pthread_mutex_init(&c->copy_mu, NULL);
     rc = open_ctx(c, err, errlen);
     if (rc != XDRV_SUCCESS) {
+        pthread_mutex_destroy(&c->copy_mu);
         free(c);
         return rc;
     }
@@ -429,7 +433,13 @@ static void cuda_fini(void *ctx)
 
     if (c == NULL)
         return;
+    if (c->copy_stream) {
+        int pushed = 0;
+        if (ctx_enter(c, &pushed) == CUDA_SUCCESS)
+            (void)leave_with(pushed, g_api.StreamDestroy(c->copy_stream));
+    }
     (void)g_api.DevicePrimaryCtxRelease(c->dev);
+    pthread_mutex_destroy(&c->copy_mu);
     free(c);
 }
 
@@ -635,6 +645,84 @@ static int cuda_stream_sync(void *ctx, void *stream)
     return leave_with(pushed, g_api.StreamSynchronize((CUstream)stream));
 }
 
+/* ---- copies (sleep and wake) -------------------------------------------- */
+
+/* Portable pinned memory: any context of the process may copy with it. */
+static int cuda_host_alloc(void *ctx, size_t size, void **host)
+{
+    int pushed = 0;
+    int rc;
+
+    if (host == NULL || size == 0)
+        return XDRV_INVALID_VALUE;
+    rc = ctx_enter(ctx, &pushed);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    return leave_with(pushed, g_api.MemHostAlloc(host, size, CU_MEMHOSTALLOC_PORTABLE));
+}
+
+static int cuda_host_free(void *ctx, void *host)
+{
+    int pushed = 0;
+    int rc;
+
+    if (host == NULL)
+        return XDRV_INVALID_VALUE;
+    rc = ctx_enter(ctx, &pushed);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    return leave_with(pushed, g_api.MemFreeHost(host));
+}
+
+/* The context's copy stream, made non-blocking on first use so that it
+ * waits for no other stream (sleep waits for the users' streams itself). */
+static int copy_stream(cuda_ctx *c, CUstream *out)
+{
+    int rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&c->copy_mu);
+    if (c->copy_stream == NULL)
+        rc = g_api.StreamCreate(&c->copy_stream, CU_STREAM_NON_BLOCKING);
+    *out = c->copy_stream;
+    pthread_mutex_unlock(&c->copy_mu);
+    return rc;
+}
+
+static int cuda_copy(void *ctx, void *dst, const void *src, size_t size, int to_device)
+{
+    cuda_ctx *c = ctx;
+    CUstream s = NULL;
+    int pushed = 0;
+    int rc;
+
+    if (dst == NULL || src == NULL || size == 0)
+        return XDRV_INVALID_VALUE;
+    rc = ctx_enter(c, &pushed);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    rc = copy_stream(c, &s);
+    if (rc == CUDA_SUCCESS)
+        rc = to_device ? g_api.MemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst, src, size, s)
+                       : g_api.MemcpyDtoHAsync(dst, (CUdeviceptr)(uintptr_t)src, size, s);
+    return leave_with(pushed, rc);
+}
+
+static int cuda_copy_wait(void *ctx)
+{
+    cuda_ctx *c = ctx;
+    CUstream s = NULL;
+    int pushed = 0;
+    int rc;
+
+    rc = ctx_enter(c, &pushed);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    rc = copy_stream(c, &s);
+    if (rc == CUDA_SUCCESS)
+        rc = g_api.StreamSynchronize(s);
+    return leave_with(pushed, rc);
+}
+
 static const xseg_driver xseg_driver_cuda = {
     .name = "cuda",
     .init = cuda_init,
@@ -654,6 +742,10 @@ static const xseg_driver xseg_driver_cuda = {
     .event_sync = cuda_event_sync,
     .event_destroy = cuda_event_destroy,
     .stream_sync = cuda_stream_sync,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .copy = cuda_copy,
+    .copy_wait = cuda_copy_wait,
     .error_name = cuda_error_name,
 };
 

@@ -95,6 +95,7 @@ typedef struct host_ctx {
     size_t slots_cap;
     xseg_ptrmap free_by_size; /* size >> 21 -> first FREE slot of that size */
     xseg_ptrmap pages;        /* va >> 21 -> slot << 2 | PV_START | PV_ACCESS */
+    uint64_t copies;          /* copies done (sleep and wake) */
     hres *res;           /* sorted by va */
     size_t nres, res_cap;
     xseg_ptrmap stream_idx;   /* stream token -> index in streams */
@@ -612,7 +613,30 @@ static int stream_sync_locked(host_ctx *c, void *stream)
     return XDRV_SUCCESS;
 }
 
-/* ---- init / fini ------------------------------------------------------------ */
+/* ---- copies (sleep and wake): host memory, memcpy done at once ------------- */
+
+/* Every granule of [va, va + size) is mapped with access. */
+static int range_accessible(host_ctx *c, uintptr_t va, size_t size)
+{
+    if (!size || va + size < va)
+        return 0;
+    for (uintptr_t p = va & ~(uintptr_t)(HOST_GRAN - 1); p < va + size; p += HOST_GRAN) {
+        uint64_t v;
+        if (!xseg_ptrmap_get(&c->pages, p >> HOST_SHIFT, &v) || !(v & PV_ACCESS))
+            return 0;
+    }
+    return 1;
+}
+
+static int copy_locked(host_ctx *c, void *dst, const void *src, size_t size, int to_device)
+{
+    uintptr_t dev = (uintptr_t)(to_device ? dst : src);
+    if (!dst || !src || !range_accessible(c, dev, size))
+        return XDRV_INVALID_VALUE;
+    c->copies++;
+    return XDRV_SUCCESS;
+}
+
 
 static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
 {
@@ -861,6 +885,49 @@ static int h_stream_sync(void *ctx, void *s)
     LOCKED(ctx, stream_sync_locked(ctx, s));
 }
 
+/* Pinned memory is plain memory here (no capacity is charged: it is host
+ * memory on a GPU too). */
+static int h_host_alloc(void *ctx, size_t size, void **host)
+{
+    (void)ctx;
+    if (!host || !size)
+        return XDRV_INVALID_VALUE;
+    void *p = malloc(size);
+    if (!p)
+        return XDRV_OUT_OF_MEMORY;
+    *host = p;
+    return XDRV_SUCCESS;
+}
+
+static int h_host_free(void *ctx, void *host)
+{
+    (void)ctx;
+    if (!host)
+        return XDRV_INVALID_VALUE;
+    free(host);
+    return XDRV_SUCCESS;
+}
+
+/* The check runs under the lock; the copy itself after it, as a DMA engine
+ * works while the driver takes other calls (the allocator's lock keeps the
+ * range mapped meanwhile). */
+static int h_copy(void *ctx, void *dst, const void *src, size_t size, int to_device)
+{
+    host_ctx *c = ctx;
+    pthread_mutex_lock(&c->lock);
+    int rc = copy_locked(c, dst, src, size, to_device);
+    pthread_mutex_unlock(&c->lock);
+    if (rc == XDRV_SUCCESS)
+        memcpy(dst, src, size);
+    return rc;
+}
+
+static int h_copy_wait(void *ctx)
+{
+    (void)ctx;
+    return XDRV_SUCCESS;
+}
+
 const xseg_driver xseg_driver_host = {
     .name = "host",
     .init = h_init,
@@ -880,6 +947,10 @@ const xseg_driver xseg_driver_host = {
     .event_sync = h_event_sync,
     .event_destroy = h_event_destroy,
     .stream_sync = h_stream_sync,
+    .host_alloc = h_host_alloc,
+    .host_free = h_host_free,
+    .copy = h_copy,
+    .copy_wait = h_copy_wait,
     .error_name = xseg_drv_code_name,
     .caps = XDRV_CAP_EVENT_LAG | XDRV_CAP_SIMULATED_CAPACITY | XDRV_CAP_LATENCY_MODEL,
 };

@@ -188,7 +188,8 @@ void xdrv_fini(xseg_t *xs)
     CHECK(xs->drv_errors || !xs->drvb.shadow || xbm_next(xs->drvb.shadow, 0, xs->drvb.size / xs->drvb.gran, 1) ==
                                   xs->drvb.size / xs->drvb.gran);
     shadow_close(xs);
-    xs->drv->fini(xs->dctx);
+    if (!xs->drv_shared)
+        xs->drv->fini(xs->dctx);
     xs->dctx = NULL;
 }
 
@@ -319,6 +320,45 @@ int xdrv_event_destroy(xseg_t *xs, void *event)
 int xdrv_stream_sync(xseg_t *xs, void *stream)
 {
     XDRV_CALL(xs, XSEG_OP_STREAM_SYNC, xs->drv->stream_sync(xs->dctx, stream));
+}
+
+/* ---- copies (sleep and wake); a table without them: not supported ---- */
+
+int xdrv_host_alloc(xseg_t *xs, size_t size, void **host)
+{
+    XDRV_CALL(xs, XSEG_OP_HOST_ALLOC,
+              xs->drv->host_alloc ? xs->drv->host_alloc(xs->dctx, size, host) : XDRV_NOT_SUPPORTED);
+}
+
+int xdrv_host_free(xseg_t *xs, void *host)
+{
+    XDRV_CALL(xs, XSEG_OP_HOST_FREE,
+              xs->drv->host_free ? xs->drv->host_free(xs->dctx, host) : XDRV_NOT_SUPPORTED);
+}
+
+/* The device range must be mapped with access (checked on the shadow). */
+int xdrv_copy(xseg_t *xs, void *dst, const void *src, size_t size, int to_device)
+{
+    xseg_op op = to_device ? XSEG_OP_COPY_TO_DEVICE : XSEG_OP_COPY_TO_HOST;
+    XDRV_CALL(xs, op,
+              xs->drv->copy ? xs->drv->copy(xs->dctx, dst, src, size, to_device)
+                            : XDRV_NOT_SUPPORTED);
+}
+
+int xdrv_copy_wait(xseg_t *xs)
+{
+    XDRV_CALL(xs, XSEG_OP_COPY_WAIT,
+              xs->drv->copy_wait ? xs->drv->copy_wait(xs->dctx) : XDRV_NOT_SUPPORTED);
+}
+
+/* A tag's allocator uses its parent's open driver: same table and context,
+ * a book of its own; xdrv_fini of a shared context frees the book only. */
+void xdrv_share(xseg_t *xs, const xseg_t *from)
+{
+    memset(&xs->drvb, 0, sizeof xs->drvb);
+    xs->drv = from->drv;
+    xs->dctx = from->dctx;
+    xs->drv_shared = 1;
 }
 
 /* ---- names, capabilities, time ---- */

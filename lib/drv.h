@@ -92,6 +92,13 @@ int xdrv_event_query(xseg_t *xs, void *event);
 int xdrv_event_sync(xseg_t *xs, void *event);
 int xdrv_event_destroy(xseg_t *xs, void *event);
 int xdrv_stream_sync(xseg_t *xs, void *stream);
+int xdrv_host_alloc(xseg_t *xs, size_t size, void **host);
+int xdrv_host_free(xseg_t *xs, void *host);
+int xdrv_copy(xseg_t *xs, void *dst, const void *src, size_t size, int to_device);
+int xdrv_copy_wait(xseg_t *xs);
+/* Use `from`'s open driver (a tag's allocator, tags.c): no init, and
+ * xdrv_fini leaves the context open. */
+void xdrv_share(xseg_t *xs, const xseg_t *from);
 
 /* ---- names and capabilities ---- */
 const char *xdrv_name(const xseg_t *xs);            /* "host", "cuda", ... */

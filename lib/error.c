@@ -24,6 +24,8 @@ const char *xseg_strerror(xseg_status st)
     case XSEG_ERR_VA_EXHAUSTED: return "virtual address range exhausted";
     case XSEG_ERR_BUFFER_TOO_SMALL: return "buffer too small";
     case XSEG_ERR_INTERNAL: return "internal error";
+    case XSEG_ERR_ASLEEP: return "the tag's memory is asleep";
+    case XSEG_ERR_STATE: return "not possible in the current state";
     }
     return "unknown status";
 }
@@ -33,7 +35,8 @@ const char *xseg_op_name(xseg_op op)
     static const char *const names[XSEG_OP_COUNT] = {
         "reserve", "address_free", "create", "release", "map", "unmap", "set_access",
         "mem_info", "event_create", "event_record", "event_query", "event_sync",
-        "event_destroy", "stream_sync"};
+        "event_destroy", "stream_sync", "host_alloc", "host_free", "copy_to_host",
+        "copy_to_device", "copy_wait"};
     return (unsigned)op < XSEG_OP_COUNT ? names[op] : "unknown";
 }
 

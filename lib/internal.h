@@ -259,6 +259,21 @@ struct xseg {
     uint64_t gen_next;    /* last generation handed out */
     atomic_int nuses;     /* record_stream uses live: thread caches step aside */
     xslab *spare_slabs;   /* recycled slab metadata */
+    /* tags (tags.c): each tag's memory is an allocator of its own */
+    char *conf_text;      /* the conf it was made with (its tags' start from it) */
+    int drv_shared;       /* the driver context is the parent's (drv.c) */
+    int tag;              /* the tag it serves: 0 for an allocator made by xseg_create */
+    struct xseg *parent;  /* a tag's allocator: the one it belongs to; else NULL */
+    struct xseg *_Atomic tags[XSEG_MAX_TAGS]; /* each tag's allocator (index 0 unused) */
+    atomic_int ntags;     /* tags' allocators made: 0 keeps the hot path plain */
+    /* sleep (sleep.c) */
+    atomic_int asleep;    /* 1 while its memory sleeps: allocations fail */
+    int sleep_mode;       /* xseg_sleep_mode of the last sleep */
+    struct xbackup *bk;   /* the live blocks backed up, address order */
+    size_t bk_n, bk_cap, bk_bytes;
+    void *bk_host;        /* pinned backup buffer, kept for the next sleep */
+    size_t bk_host_cap;
+    uint64_t sleeps, wakes, last_sleep_ns, last_wake_ns;
 };
 
 /* ---- tcache.c (see its header comment for the invariants) ---- */
@@ -412,10 +427,51 @@ int xproc_default_device(const xseg_t *xs);
 xseg_t *xproc_default_peek(int device);
 xseg_t *xproc_default_owning(int device, const void *ptr);
 
+/* ---- tags.c ---- */
+/* The calling thread's tag (top of its stack, 0 when empty). */
+extern _Thread_local int xseg_tls_tag;
+/* The allocator of `tag` of xs's family (xs's parent's when xs is a tag's),
+ * made on first use when `make`; *out NULL when it does not exist. */
+xseg_status xtag_get(xseg_t *xs, int tag, int make, xseg_t **out, const char *what);
+/* Add every tag's allocator's figures to a parent's stats. */
+void xtag_stats_add(xseg_t *xs, xseg_stats *s);
+/* xseg_alloc on this very allocator, ignoring the thread's tag (api.c). */
+xseg_status xapi_alloc(xseg_t *xs, size_t size, void *stream, void **out);
+static inline int xseg_in_range(const xseg_t *xs, uintptr_t p)
+{
+    return p - xs->arena.base < xs->arena.size;
+}
+/* The allocator of xs's family whose range holds p: xs, or one of its
+ * tags' (a short walk, only once tags exist); NULL if none. */
+static inline xseg_t *xseg_range_owner(xseg_t *xs, uintptr_t p)
+{
+    if (xseg_in_range(xs, p))
+        return xs;
+    if (!atomic_load_explicit(&xs->ntags, memory_order_relaxed))
+        return NULL;
+    for (int t = 1; t < XSEG_MAX_TAGS; t++) {
+        xseg_t *c = atomic_load_explicit(&xs->tags[t], memory_order_acquire);
+        if (c && xseg_in_range(c, p))
+            return c;
+    }
+    return NULL;
+}
+
+/* ---- sleep.c: sleep and wake of one allocator (xs->lock not held) ---- */
+xseg_status xsleep_sleep(xseg_t *xs, xseg_sleep_mode mode);
+xseg_status xsleep_wake(xseg_t *xs);
+/* The sleep part of a tag's stats (asleep, mode, live, mapped, ...). */
+void xsleep_fill(xseg_t *xs, xseg_tag_stats *out);
+/* Free the backup buffer and records (driver call only if call_driver). */
+void xsleep_fini(xseg_t *xs, int call_driver);
+
 /* ---- lifecycle.c: construction and teardown ---- */
 /* Build an allocator (fork_gen: the generation it belongs to). */
 xseg_status xlife_create(xseg_t **out, int device, const char *conf, const xseg_driver *drv,
                          unsigned fork_gen);
+/* The allocator of `tag` for parent: the parent's conf and open driver,
+ * its own virtual range, no worker and no monitoring of its own. */
+xseg_status xlife_create_tag(xseg_t *parent, int tag, xseg_t **out);
 /* Free it; driver calls only if call_driver (not in a forked child). */
 xseg_status xlife_destroy(xseg_t *xs, int call_driver);
 
@@ -571,6 +627,10 @@ void xsmall_drop_stream(xseg_t *xs, xstream *s);
 void xseg_fill_stats(xseg_t *xs, xseg_stats *st);
 /* Largest block of any free index (stats.c; a walk over the streams). */
 uint64_t xseg_largest_free(const xseg_t *xs);
+/* Add `from`'s figures to `into` (a family's stats: counters, calls and
+ * bytes add up; peaks add up too, an upper bound of the family's peak;
+ * the largest free block is the larger; cap, device and page stay). */
+void xseg_stats_add(xseg_stats *into, const xseg_stats *from);
 /* JSON of a stats struct into buf; returns the length needed (no NUL). */
 size_t xseg_render_json(const xseg_stats *s, const char *backend, char *buf, size_t cap);
 

@@ -110,8 +110,14 @@ static void free_uses(uintptr_t k, uintptr_t v, void *arg)
 /* Frees everything; returns how many driver calls failed on the way. */
 static uint64_t teardown(xseg_t *xs, int call_driver, const char **last)
 {
+    uint64_t tag_failed = 0;
+    for (int t = 1; t < XSEG_MAX_TAGS; t++) { /* they use this one's driver: first */
+        xseg_t *c = atomic_exchange(&xs->tags[t], NULL);
+        if (c)
+            tag_failed += teardown(c, call_driver, NULL);
+    }
     xworker_stop(xs, call_driver && xs->dctx); /* its jobs settled first */
-    uint64_t errors0 = xs->drv_errors;
+    uint64_t errors0 = xs->drv_errors - tag_failed;
     xseg_monitor_fini(xs);
     xstreams_fini(xs, call_driver && xs->dctx);
     if (xs->class_of)
@@ -127,6 +133,7 @@ static uint64_t teardown(xseg_t *xs, int call_driver, const char **last)
         free(b);
         b = n;
     }
+    xsleep_fini(xs, call_driver && xs->dctx);
     if (xs->dctx)
         xarena_fini(xs, call_driver);
     if (xs->uses.keys)
@@ -137,8 +144,9 @@ static uint64_t teardown(xseg_t *xs, int call_driver, const char **last)
     uint64_t failed = xs->drv_errors - errors0;
     if (last)
         *last = failed ? xdrv_error_name(xs, xs->last_drv_rc) : "";
-    if (xs->dctx && call_driver)
+    if (xs->dctx && (call_driver || xs->drv_shared))
         xdrv_fini(xs);
+    free(xs->conf_text);
     free(xs);
     return failed;
 }
@@ -176,29 +184,51 @@ static xseg_status build(xseg_t *xs, int device, const xseg_driver *drv)
     return st;
 }
 
-xseg_status xlife_create(xseg_t **out, int device, const char *conf, const xseg_driver *drv,
-                         unsigned fork_gen)
+/* A fresh allocator with its conf parsed (kept as text for its tags). */
+static xseg_status start(xseg_t **out, int device, unsigned fork_gen, const char *text,
+                         const char *from)
 {
     xseg_t *xs = calloc(1, sizeof *xs);
     if (!xs)
         return xseg_fail(NULL, XSEG_ERR_OOM, "xseg_create: no host memory");
+    *out = xs;
     xs->device = device;
     xs->fork_gen = fork_gen;
     xlock_init(&xs->lock);
     xseg_conf_defaults(&xs->conf);
+    xs->conf_text = strdup(text ? text : "");
+    if (!xs->conf_text)
+        return xseg_fail(NULL, XSEG_ERR_OOM, "xseg_create: no host memory");
     char err[512] = "";
-    const char *text = conf ? conf : getenv("XSEG_CONF");
     xseg_status st = xseg_conf_parse(&xs->conf, text, err, sizeof err);
     if (st != XSEG_OK)
-        xseg_fail(NULL, st, "%s%s", err, conf ? "" : " (from the XSEG_CONF environment variable)");
-    if (st == XSEG_OK)
-        st = build(xs, device, drv);
+        xseg_fail(NULL, st, "%s%s", err, from);
+    return st;
+}
+
+/* What every allocator gets once built: its id, thread caches, shrinker. */
+static void finish(xseg_t *xs)
+{
     xs->id = atomic_fetch_add(&g_next_id, 1) + 1;
     /* Thread caches bypass history and live publication: off with those. */
     xs->tc_on = xs->conf.thread_cache && xs->conf.caching && !xs->conf.history &&
                 !xs->conf.stats_shm && xs->conf.release_threshold != XSEG_RELEASE_NOW;
     xs->shrinker.held = xtc_held_any;   /* growth first flushes held caches */
     xs->shrinker.flush = xtc_flush_all;
+}
+
+xseg_status xlife_create(xseg_t **out, int device, const char *conf, const xseg_driver *drv,
+                         unsigned fork_gen)
+{
+    xseg_t *xs = NULL;
+    const char *text = conf ? conf : getenv("XSEG_CONF");
+    xseg_status st = start(&xs, device, fork_gen, text,
+                           conf ? "" : " (from the XSEG_CONF environment variable)");
+    if (!xs)
+        return st;
+    if (st == XSEG_OK)
+        st = build(xs, device, drv);
+    finish(xs);
     if (st != XSEG_OK) {
         char keep[768];
         snprintf(keep, sizeof keep, "%s", xseg_last_error());
@@ -207,6 +237,48 @@ xseg_status xlife_create(xseg_t **out, int device, const char *conf, const xseg_
         return st;
     }
     xseg_clear_error();
+    *out = xs;
+    return XSEG_OK;
+}
+
+/* A tag's allocator: the parent's conf without monitoring or worker of its
+ * own (the parent's stats, JSON and Prometheus include it, tags.c). */
+static xseg_status build_tag(xseg_t *xs, const xseg_t *parent)
+{
+    xdrv_share(xs, parent);
+    xs->dev_total = parent->dev_total;
+    xseg_status st = set_caps(xs);
+    if (st == XSEG_OK)
+        st = init_maps(xs);
+    if (st == XSEG_OK)
+        st = init_arena(xs);
+    return st;
+}
+
+xseg_status xlife_create_tag(xseg_t *parent, int tag, xseg_t **out)
+{
+    static const char extra[] = ",stats_shm:off,history:0,reclaim:sync";
+    size_t len = strlen(parent->conf_text) + sizeof extra;
+    char *text = malloc(len);
+    if (!text)
+        return xseg_fail(NULL, XSEG_ERR_OOM, "xseg: no host memory for tag %d", tag);
+    snprintf(text, len, "%s%s", parent->conf_text, extra);
+    xseg_t *xs = NULL;
+    xseg_status st = start(&xs, parent->device, parent->fork_gen, text, "");
+    free(text);
+    if (!xs)
+        return st;
+    xs->tag = tag;
+    xs->parent = parent;
+    if (st == XSEG_OK)
+        st = build_tag(xs, parent);
+    finish(xs);
+    if (st != XSEG_OK) {
+        char keep[768];
+        snprintf(keep, sizeof keep, "%s", xseg_last_error());
+        teardown(xs, 1, NULL);
+        return xseg_fail(NULL, st, "xseg: making the allocator of tag %d failed: %s", tag, keep);
+    }
     *out = xs;
     return XSEG_OK;
 }

@@ -31,13 +31,14 @@
 #include "xseg.h"
 
 #define XSEG_SHM_MAGIC 0x314d48534745535full /* "_SEGSHM1", little-endian */
-#define XSEG_SHM_VERSION 3u /* 2: every xseg_stats field, library version; 3: the worker's */
+#define XSEG_SHM_VERSION 4u /* 2: every xseg_stats field, library version; 3: the worker's;
+                              4: room for 24 driver ops (copies, pinned memory) */
 #define XSEG_SHM_SLOTS 64u
 #define XSEG_SHM_PREFIX "xseg."
 #define XSEG_SHM_DEFAULT_DIR "/dev/shm"
 #define XSEG_SHM_DIR_ENV "XSEG_SHM_DIR"
 /* Driver-call counters kept per record (room for XSEG_OP_COUNT to grow). */
-#define XSEG_SHM_OPS 16u
+#define XSEG_SHM_OPS 24u
 
 /* Slot states. */
 enum { XSEG_SHM_FREE = 0, XSEG_SHM_USED = 1 };

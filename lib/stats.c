@@ -123,3 +123,30 @@ size_t xseg_render_json(const xseg_stats *s, const char *backend, char *buf, siz
     xtb_put(&j, "}");
     return j.len;
 }
+
+/* ---- a family's stats (an allocator and its tags', tags.c) ---- */
+
+#define ADD_U32(f)
+#define ADD_I32(f)
+#define ADD_COUNTER(f)                          \
+    into->f.current += from->f.current;         \
+    into->f.peak += from->f.peak;               \
+    into->f.total += from->f.total;
+#define ADD_OPS(f)                              \
+    for (int i = 0; i < XSEG_OP_COUNT; i++)     \
+        into->f[i] += from->f[i];
+#define ADD_GAUGE(f) into->f += from->f;
+#define ADD_MONO(f) into->f += from->f;
+#define ADD(kind, f, json, how, src, shm, proms) ADD_##kind(f)
+
+void xseg_stats_add(xseg_stats *into, const xseg_stats *from)
+{
+    uint64_t largest = into->largest_free_block, cap = into->mapped_cap;
+    uint64_t total = into->device_total, page = into->page_size;
+    XSEG_STATS_FIELDS(ADD, XSEG_SF_NOTHING)
+    into->largest_free_block = largest > from->largest_free_block ? largest
+                                                                  : from->largest_free_block;
+    into->mapped_cap = cap;
+    into->device_total = total;
+    into->page_size = page;
+}

@@ -119,6 +119,9 @@ int fault_codes(int op, int *codes, int max)
         [XSEG_OP_EVENT_CREATE] = {oom, 1},      [XSEG_OP_EVENT_RECORD] = {handle, 1},
         [XSEG_OP_EVENT_QUERY] = {illegal, 1},   [XSEG_OP_EVENT_SYNC] = {illegal, 1},
         [XSEG_OP_EVENT_DESTROY] = {handle, 1},  [XSEG_OP_STREAM_SYNC] = {illegal, 1},
+        [XSEG_OP_HOST_ALLOC] = {oom_inval, 2},  [XSEG_OP_HOST_FREE] = {inval, 1},
+        [XSEG_OP_COPY_TO_HOST] = {illegal, 1},  [XSEG_OP_COPY_TO_DEVICE] = {illegal, 1},
+        [XSEG_OP_COPY_WAIT] = {illegal, 1},
         [FAULT_OP_INIT] = {init, 3},            [FAULT_OP_GRANULARITY] = {inval, 1},
     };
     if (op < 0 || op >= FAULT_NOPS)
@@ -172,6 +175,13 @@ static int f_event_query(void *c, void *e) { FAULT_FWD(XSEG_OP_EVENT_QUERY, H->e
 static int f_event_sync(void *c, void *e) { FAULT_FWD(XSEG_OP_EVENT_SYNC, H->event_sync(c, e)); }
 static int f_event_destroy(void *c, void *e) { FAULT_FWD(XSEG_OP_EVENT_DESTROY, H->event_destroy(c, e)); }
 static int f_stream_sync(void *c, void *s) { FAULT_FWD(XSEG_OP_STREAM_SYNC, H->stream_sync(c, s)); }
+static int f_host_alloc(void *c, size_t s, void **p) { FAULT_FWD(XSEG_OP_HOST_ALLOC, H->host_alloc(c, s, p)); }
+static int f_host_free(void *c, void *p) { FAULT_FWD(XSEG_OP_HOST_FREE, H->host_free(c, p)); }
+static int f_copy(void *c, void *d, const void *s, size_t n, int to_dev)
+{
+    FAULT_FWD(to_dev ? XSEG_OP_COPY_TO_DEVICE : XSEG_OP_COPY_TO_HOST, H->copy(c, d, s, n, to_dev));
+}
+static int f_copy_wait(void *c) { FAULT_FWD(XSEG_OP_COPY_WAIT, H->copy_wait(c)); }
 
 const xseg_driver fault_driver = {
     .name = "host-fault",
@@ -192,5 +202,9 @@ const xseg_driver fault_driver = {
     .event_sync = f_event_sync,
     .event_destroy = f_event_destroy,
     .stream_sync = f_stream_sync,
+    .host_alloc = f_host_alloc,
+    .host_free = f_host_free,
+    .copy = f_copy,
+    .copy_wait = f_copy_wait,
     .error_name = xseg_drv_code_name,
 };

@@ -16,7 +16,8 @@ STATS_VERSION = 1
 # enum xseg_op, in order; XSEG_OP_COUNT entries.
 OPS = ("reserve", "address_free", "create", "release", "map", "unmap", "set_access",
        "mem_info", "event_create", "event_record", "event_query", "event_sync",
-       "event_destroy", "stream_sync")
+       "event_destroy", "stream_sync", "host_alloc", "host_free", "copy_to_host",
+       "copy_to_device", "copy_wait")
 OP_MAP = OPS.index("map")
 OP_UNMAP = OPS.index("unmap")
 

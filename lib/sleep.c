@@ -1,0 +1,371 @@
+/* sleep.c: sleep and wake of one allocator's memory (docs/sleep.md).  Each
+ * tag's memory is an allocator of its own (tags.c), so a tag sleeps as a
+ * whole allocator: its live blocks keep their addresses and their records,
+ * every physical handle under them (and under its cache) is unmapped and
+ * released, and wake maps fresh memory under the live blocks again.
+ *
+ * Sleep, under xs->lock: the allocator is marked asleep first (thread
+ * caches then miss, and allocations fail with XSEG_ERR_ASLEEP); the thread
+ * caches, deferred frees and moved handles are settled, and the worker
+ * drained; every live stream that used the memory is waited for (its own
+ * stream synchronisation: no device-wide sync); in backup mode the live
+ * blocks are copied into one pinned host buffer, kept for the next sleep;
+ * then everything mapped is released.  A failure before the release
+ * leaves the allocator as it was; a failure during it wakes the allocator
+ * again (contents restored in backup mode), so the state is always one of
+ * the two, and a failed wake leaves nothing mapped: both can be retried.
+ *
+ * Wake maps the union of the pages under live blocks as runs (large runs
+ * get large handles: one create and map per GiB, one set_access per run),
+ * then copies back the backups of blocks still live.  A block freed while
+ * asleep is dropped: its backup is skipped. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+/* A live block's contents in the backup buffer. */
+struct xbackup {
+    uintptr_t addr;
+    size_t size;
+    size_t off;
+};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* A block holding live memory: allocated, or a slab. */
+static int in_use(const xblock *b)
+{
+    return !(b->flags & (XB_FREE | XB_MOVED | XB_RELEASING));
+}
+
+/* Driver failures read as a status: capture makes a wait impossible. */
+static xseg_status drv_status(int rc)
+{
+    if (rc == 900 || rc == 901) /* CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED / _INVALIDATED */
+        return XSEG_ERR_STATE;
+    return rc == XDRV_OUT_OF_MEMORY ? XSEG_ERR_OOM : XSEG_ERR_DRIVER;
+}
+
+/* Everything that holds the allocator's memory on the way in or out is
+ * settled, so that only live blocks and free (cached) blocks remain. */
+static void settle(xseg_t *xs)
+{
+    xtc_flush_all(xs);
+    xpending_process(xs, 1);
+    xblk_moved_process(xs, 1);
+    xworker_drain_locked(xs);
+    xseg_drop_empty_slabs(xs);
+}
+
+/* Wait for the work queued on every stream this allocator served. */
+static xseg_status wait_streams(xseg_t *xs)
+{
+    for (xstream *s = xs->all_streams; s; s = s->next_all) {
+        if (s->gone || s->retired)
+            continue;
+        int rc = xdrv_stream_sync(xs, s->handle);
+        xs->syncs++;
+        if (rc != XDRV_SUCCESS)
+            return xseg_fail(xs, drv_status(rc),
+                             "xseg_sleep: waiting for stream %p failed (%s)%s; nothing was "
+                             "given back", s->handle, xdrv_error_name(xs, rc),
+                             drv_status(rc) == XSEG_ERR_STATE
+                                 ? ": a CUDA graph is being captured on it" : "");
+    }
+    return XSEG_OK;
+}
+
+static size_t live_bytes(const xseg_t *xs)
+{
+    size_t n = 0;
+    for (const xblock *b = xs->first_block; b; b = b->anext)
+        if (in_use(b))
+            n += b->size;
+    return n;
+}
+
+/* The pinned buffer holds at least `bytes` (kept from the last sleep when
+ * it is large enough; grown in 64 MiB steps otherwise). */
+static xseg_status backup_room(xseg_t *xs, size_t bytes)
+{
+    if (xs->bk_host && xs->bk_host_cap >= bytes)
+        return XSEG_OK;
+    size_t step = (size_t)64 << 20;
+    size_t cap = (bytes + step - 1) / step * step;
+    if (xs->bk_host) {
+        int rc = xdrv_host_free(xs, xs->bk_host);
+        if (rc != XDRV_SUCCESS)
+            return xseg_fail(xs, XSEG_ERR_DRIVER,
+                             "xseg_sleep: freeing the old pinned backup buffer of %zu bytes "
+                             "failed (%s)", xs->bk_host_cap, xdrv_error_name(xs, rc));
+        xs->bk_host = NULL;
+        xs->bk_host_cap = 0;
+    }
+    void *p = NULL;
+    int rc = xdrv_host_alloc(xs, cap, &p);
+    if (rc != XDRV_SUCCESS) {
+        char b1[32];
+        return xseg_fail(xs, rc == XDRV_OUT_OF_MEMORY ? XSEG_ERR_OOM : XSEG_ERR_DRIVER,
+                         "xseg_sleep: pinned host memory of %s for the backup failed (%s); "
+                         "nothing was given back",
+                         xseg_fmt_size(cap, b1, sizeof b1), xdrv_error_name(xs, rc));
+    }
+    xs->bk_host = p;
+    xs->bk_host_cap = cap;
+    return XSEG_OK;
+}
+
+static xseg_status backup_records(xseg_t *xs, size_t n)
+{
+    if (n <= xs->bk_cap)
+        return XSEG_OK;
+    struct xbackup *r = realloc(xs->bk, n * sizeof *r);
+    if (!r)
+        return xseg_fail(xs, XSEG_ERR_OOM, "xseg_sleep: no host memory for %zu backup records",
+                         n);
+    xs->bk = r;
+    xs->bk_cap = n;
+    return XSEG_OK;
+}
+
+/* Copy every live block into the pinned buffer, then wait for the copies. */
+static xseg_status backup(xseg_t *xs)
+{
+    size_t n = 0, bytes = live_bytes(xs);
+    xs->bk_n = 0;
+    xs->bk_bytes = 0;
+    for (const xblock *b = xs->first_block; b; b = b->anext)
+        n += in_use(b);
+    if (!n)
+        return XSEG_OK;
+    xseg_status st = backup_records(xs, n);
+    if (st == XSEG_OK)
+        st = backup_room(xs, bytes);
+    if (st != XSEG_OK)
+        return st;
+    size_t off = 0;
+    int rc = XDRV_SUCCESS;
+    for (const xblock *b = xs->first_block; b && rc == XDRV_SUCCESS; b = b->anext) {
+        if (!in_use(b))
+            continue;
+        rc = xdrv_copy(xs, (char *)xs->bk_host + off, (const void *)b->addr, b->size, 0);
+        xs->bk[xs->bk_n++] = (struct xbackup){b->addr, b->size, off};
+        off += b->size;
+    }
+    int wrc = xdrv_copy_wait(xs);
+    if (rc == XDRV_SUCCESS)
+        rc = wrc;
+    if (rc != XDRV_SUCCESS) {
+        xs->bk_n = 0;
+        char b1[32];
+        return xseg_fail(xs, drv_status(rc),
+                         "xseg_sleep: copying %s of live memory to host failed (%s); nothing "
+                         "was given back", xseg_fmt_size(bytes, b1, sizeof b1),
+                         xdrv_error_name(xs, rc));
+    }
+    xs->bk_bytes = off;
+    return XSEG_OK;
+}
+
+/* Unmap and release every handle (cache and live blocks alike). */
+static int release_all(xseg_t *xs)
+{
+    int err = 0;
+    xarena_release_inside(xs, xs->arena.base, xs->arena.base + xs->arena.size, SIZE_MAX, &err);
+    xarena_release_orphans(xs);
+    return err;
+}
+
+/* ---- wake ---- */
+
+/* The page-aligned union of the live blocks, run by run: calls fn on each
+ * maximal run [a, b); stops at the first failure. */
+static xseg_status each_live_run(xseg_t *xs, xseg_status (*fn)(xseg_t *, uintptr_t, uintptr_t,
+                                                               size_t *),
+                                 size_t *acc)
+{
+    size_t page = xs->arena.page;
+    uintptr_t ra = 0, rb = 0;
+    for (const xblock *b = xs->first_block; b; b = b->anext) {
+        if (!in_use(b))
+            continue;
+        uintptr_t a = b->addr & ~(uintptr_t)(page - 1);
+        uintptr_t e = (b->addr + b->size + page - 1) & ~(uintptr_t)(page - 1);
+        if (rb && a <= rb) {
+            if (e > rb)
+                rb = e;
+            continue;
+        }
+        if (rb) {
+            xseg_status st = fn(xs, ra, rb, acc);
+            if (st != XSEG_OK)
+                return st;
+        }
+        ra = a;
+        rb = e;
+    }
+    return rb ? fn(xs, ra, rb, acc) : XSEG_OK;
+}
+
+static xseg_status count_run(xseg_t *xs, uintptr_t a, uintptr_t b, size_t *acc)
+{
+    *acc += xarena_unmapped_bytes(xs, a, b);
+    return XSEG_OK;
+}
+
+static xseg_status map_live_run(xseg_t *xs, uintptr_t a, uintptr_t b, size_t *acc)
+{
+    (void)acc;
+    return xarena_ensure(xs, a, b, b - a);
+}
+
+/* Copy back the backups of blocks still live (address order on both). */
+static int restore(xseg_t *xs)
+{
+    const xblock *b = xs->first_block;
+    int rc = XDRV_SUCCESS;
+    for (size_t i = 0; i < xs->bk_n && rc == XDRV_SUCCESS; i++) {
+        const struct xbackup *r = &xs->bk[i];
+        while (b && b->addr < r->addr)
+            b = b->anext;
+        if (!b || b->addr != r->addr || b->size != r->size || !in_use(b))
+            continue; /* freed while asleep */
+        rc = xdrv_copy(xs, (void *)b->addr, (const char *)xs->bk_host + r->off, r->size, 1);
+    }
+    int wrc = xdrv_copy_wait(xs);
+    return rc != XDRV_SUCCESS ? rc : wrc;
+}
+
+/* Map and restore; on failure release what was mapped (still asleep). */
+static xseg_status wake_locked(xseg_t *xs, const char *what)
+{
+    size_t need = 0;
+    each_live_run(xs, count_run, &need);
+    if (xs->cap != SIZE_MAX && xs->mapped.cur + need > xs->cap) {
+        char b1[32], b2[32], b3[32];
+        return xseg_fail(xs, XSEG_ERR_OOM,
+                         "%s: waking needs %s mapped for the live blocks; mapped %s, cap %s; "
+                         "the memory stays asleep", what, xseg_fmt_size(need, b1, sizeof b1),
+                         xseg_fmt_size(xs->mapped.cur, b2, sizeof b2),
+                         xseg_fmt_size(xs->cap, b3, sizeof b3));
+    }
+    xseg_status st = each_live_run(xs, map_live_run, NULL);
+    int rc = XDRV_SUCCESS;
+    if (st == XSEG_OK && xs->sleep_mode == XSEG_SLEEP_BACKUP)
+        rc = restore(xs);
+    if (st == XSEG_OK && rc == XDRV_SUCCESS)
+        return XSEG_OK;
+    char keep[512];
+    snprintf(keep, sizeof keep, "%s", xseg_last_error());
+    release_all(xs); /* nothing mapped for it while asleep */
+    char b1[32];
+    if (st != XSEG_OK)
+        return xseg_fail(xs, st, "%s: mapping %s for the live blocks failed; the memory stays "
+                         "asleep (%s)", what, xseg_fmt_size(need, b1, sizeof b1), keep);
+    return xseg_fail(xs, drv_status(rc),
+                     "%s: copying the backup of %s back failed (%s); the memory stays asleep",
+                     what, xseg_fmt_size(xs->bk_bytes, b1, sizeof b1), xdrv_error_name(xs, rc));
+}
+
+/* ---- entry points (tags.c), xs->lock not held ---- */
+
+xseg_status xsleep_sleep(xseg_t *xs, xseg_sleep_mode mode)
+{
+    uint64_t t0 = now_ns();
+    xlock_lock(&xs->lock);
+    if (atomic_load(&xs->asleep)) {
+        xlock_unlock(&xs->lock);
+        return xseg_fail(xs, XSEG_ERR_STATE, "xseg_sleep: tag %d is asleep already", xs->tag);
+    }
+    atomic_store(&xs->asleep, 1); /* thread caches miss from now on */
+    settle(xs);
+    xseg_status st = wait_streams(xs);
+    xs->bk_n = 0;
+    xs->bk_bytes = 0;
+    if (st == XSEG_OK && mode == XSEG_SLEEP_BACKUP)
+        st = backup(xs);
+    if (st != XSEG_OK) {
+        atomic_store(&xs->asleep, 0);
+        xlock_unlock(&xs->lock);
+        return st;
+    }
+    xs->sleep_mode = mode;
+    size_t live = live_bytes(xs);
+    int err = release_all(xs);
+    if (err || xs->mapped.cur) {
+        char b1[32];
+        size_t left = xs->mapped.cur;
+        st = wake_locked(xs, "xseg_sleep");
+        if (st == XSEG_OK) {
+            atomic_store(&xs->asleep, 0);
+            st = xseg_fail(xs, XSEG_ERR_DRIVER,
+                           "xseg_sleep: releasing failed (%s) with %s still mapped; the "
+                           "memory was mapped again and is awake%s", xdrv_error_name(xs, err),
+                           xseg_fmt_size(left, b1, sizeof b1),
+                           mode == XSEG_SLEEP_BACKUP ? ", contents restored"
+                                                     : " (discard: contents lost)");
+        }
+        xlock_unlock(&xs->lock);
+        return st;
+    }
+    xs->sleeps++;
+    xs->last_sleep_ns = now_ns() - t0;
+    xseg_hist(xs, XEV_TRIM, 0, live, NULL);
+    xseg_shm(xs);
+    xlock_unlock(&xs->lock);
+    return XSEG_OK;
+}
+
+xseg_status xsleep_wake(xseg_t *xs)
+{
+    uint64_t t0 = now_ns();
+    xlock_lock(&xs->lock);
+    if (!atomic_load(&xs->asleep)) {
+        xlock_unlock(&xs->lock);
+        return xseg_fail(xs, XSEG_ERR_STATE, "xseg_wake: tag %d is not asleep", xs->tag);
+    }
+    xseg_status st = wake_locked(xs, "xseg_wake");
+    if (st == XSEG_OK) {
+        atomic_store(&xs->asleep, 0);
+        xs->wakes++;
+        xs->last_wake_ns = now_ns() - t0;
+        xseg_shm(xs);
+    }
+    xlock_unlock(&xs->lock);
+    return st;
+}
+
+void xsleep_fill(xseg_t *xs, xseg_tag_stats *out)
+{
+    xlock_lock(&xs->lock);
+    out->asleep = atomic_load(&xs->asleep);
+    out->mode = xs->sleep_mode;
+    out->live_bytes = (xseg_counter){xs->allocated.cur, xs->allocated.peak, xs->allocated.total};
+    out->mapped_bytes = (xseg_counter){xs->mapped.cur, xs->mapped.peak, xs->mapped.total};
+    out->sleeping_bytes = out->asleep ? live_bytes(xs) : 0;
+    out->backup_bytes = out->asleep && xs->sleep_mode == XSEG_SLEEP_BACKUP ? xs->bk_bytes : 0;
+    out->sleeps = xs->sleeps;
+    out->wakes = xs->wakes;
+    out->last_sleep_ns = xs->last_sleep_ns;
+    out->last_wake_ns = xs->last_wake_ns;
+    xlock_unlock(&xs->lock);
+}
+
+void xsleep_fini(xseg_t *xs, int call_driver)
+{
+    if (xs->bk_host && call_driver)
+        (void)xdrv_host_free(xs, xs->bk_host);
+    xs->bk_host = NULL;
+    xs->bk_host_cap = 0;
+    free(xs->bk);
+    xs->bk = NULL;
+    xs->bk_n = xs->bk_cap = 0;
+}
