@@ -335,6 +335,13 @@ typedef struct xseg_tag_stats {
 } xseg_tag_stats;
 /* Stats of one tag of xs (a tag xs never used reads zero). */
 XSEG_API xseg_status xseg_tag_stats_get(xseg_t *xs, int tag, xseg_tag_stats *out);
+/* Sleep and wake for PyTorch: tags (by name, registered on first use) of
+ * the process-wide allocator of `device`; the name "graphs" stands for
+ * every CUDA-graph private pool of the device (xseg_torch_begin_pool),
+ * which sleeps and wakes like a tag.  All or nothing, as xseg_sleep. */
+XSEG_API xseg_status xseg_torch_sleep(int device, const char *const *tags, size_t ntags,
+                                      xseg_sleep_mode mode);
+XSEG_API xseg_status xseg_torch_wake(int device, const char *const *tags, size_t ntags);
 
 #ifdef __cplusplus
 }
