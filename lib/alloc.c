@@ -746,15 +746,19 @@ static size_t release_limit(const xseg_t *xs)
 static xseg_status make_room(xseg_t *xs, size_t need, size_t request)
 {
     size_t after = xs->mapped.cur + need;
-    if (xs->cap != SIZE_MAX && after > xs->cap) {
-        xseg_reclaim(xs, after - xs->cap, 1);
+    if (xfam_over_cap(xs, need)) { /* the cap counts every tag's memory */
+        size_t cap = xfam_cap(xs);
+        xseg_reclaim(xs, xfam_mapped(xs) + need - cap, 1);
         after = xs->mapped.cur + need;
-        if (after > xs->cap) {
-            char b1[32], b2[32];
+        if (xfam_over_cap(xs, need)) {
+            char b1[32], b2[32], b3[32];
+            size_t others = xfam_mapped(xs) - xs->mapped.cur;
             return xseg_fail(xs, XSEG_ERR_OOM,
                              "xseg: cap reached: request of %zu bytes needs %s more mapped, "
-                             "cap %s", request, xseg_fmt_size(need, b1, sizeof b1),
-                             xseg_fmt_size(xs->cap, b2, sizeof b2));
+                             "cap %s%s%s", request, xseg_fmt_size(need, b1, sizeof b1),
+                             xseg_fmt_size(cap, b2, sizeof b2),
+                             others ? ", of which other tags map " : "",
+                             others ? xseg_fmt_size(others, b3, sizeof b3) : "");
         }
     }
     if (xs->conf.gc_threshold > 0 && xs->cap != SIZE_MAX) {
@@ -1054,7 +1058,7 @@ static void premap_after(xseg_t *xs, xblock *b)
     size_t need = xarena_unmapped_bytes(xs, lo, lo + ahead);
     if (need < ahead / 2)
         return; /* still half full: map again when it runs low */
-    if (xs->cap != SIZE_MAX && xs->mapped.cur + need > xs->cap)
+    if (xfam_over_cap(xs, need))
         return;
     size_t limit = release_limit(xs);
     if (limit != SIZE_MAX && xs->mapped.cur + need > limit + budget)

@@ -205,7 +205,7 @@ static xseg_status map_run(xseg_t *xs, size_t p0, size_t p1, size_t request, int
         for (size_t i = p; i < p + n; i++)
             ar->page_handle[i] = slot;
         xbm_set(ar->mapped_bits, p, p + n, 1);
-        xcnt_add(&xs->mapped, bytes);
+        xmapped_add(xs, bytes);
         xcnt_add(&xs->handles, 1);
         xseg_hist(xs, XEV_MAP, va, bytes, NULL);
         p += n;
@@ -310,7 +310,7 @@ static void unmap_release_run(xseg_t *xs, size_t p0, size_t p1, int *err)
         }
         memset(&ar->page_handle[p], 0, h.npages * sizeof(uint32_t));
         handle_slot_put(ar, slot);
-        xcnt_sub(&xs->mapped, bytes);
+        xmapped_sub(xs, bytes);
         xs->released += bytes;
         p += h.npages;
     }
@@ -526,7 +526,7 @@ static void attach_again(xseg_t *xs, const xrel_handle *r)
     uint32_t slot = handle_slot(ar);
     if (!slot) { /* no host memory for the table: keep it for release at least */
         orphan_keep(xs, r->drv);
-        xcnt_sub(&xs->mapped, r->bytes);
+        xmapped_sub(xs, r->bytes);
         return;
     }
     ar->handles[slot] = (xhandle){r->drv, (uint32_t)p, (uint32_t)n, 0};
@@ -548,6 +548,6 @@ void xarena_settle(xseg_t *xs, const xrel_handle *r)
         xcnt_sub(&xs->handles, 1);
     else
         orphan_keep(xs, r->drv); /* counted in handles until released */
-    xcnt_sub(&xs->mapped, r->bytes);
+    xmapped_sub(xs, r->bytes);
     xs->released += r->bytes;
 }

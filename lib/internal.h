@@ -266,6 +266,10 @@ struct xseg {
     struct xseg *parent;  /* a tag's allocator: the one it belongs to; else NULL */
     struct xseg *_Atomic tags[XSEG_MAX_TAGS]; /* each tag's allocator (index 0 unused) */
     atomic_int ntags;     /* tags' allocators made: 0 keeps the hot path plain */
+    /* The family (an allocator and its tags') shares one cap: read without
+     * the locks, so atomics, kept in the parent (xfam_*). */
+    atomic_size_t fam_mapped; /* mapped bytes of the whole family */
+    atomic_size_t fam_cap;    /* the cap in force (SIZE_MAX: none) */
     /* sleep (sleep.c) */
     atomic_int asleep;    /* 1 while its memory sleeps: allocations fail */
     int sleep_mode;       /* xseg_sleep_mode of the last sleep */
@@ -498,6 +502,34 @@ static inline void xcnt_add(xcnt *c, uint64_t v)
         c->peak = c->cur;
 }
 static inline void xcnt_sub(xcnt *c, uint64_t v) { c->cur -= v; }
+
+/* ---- the family's mapped bytes and cap (an allocator and its tags') ---- */
+static inline xseg_t *xfam(xseg_t *xs) { return xs->parent ? xs->parent : xs; }
+static inline void xmapped_add(xseg_t *xs, size_t bytes)
+{
+    xcnt_add(&xs->mapped, bytes);
+    atomic_fetch_add_explicit(&xfam(xs)->fam_mapped, bytes, memory_order_relaxed);
+}
+static inline void xmapped_sub(xseg_t *xs, size_t bytes)
+{
+    xcnt_sub(&xs->mapped, bytes);
+    atomic_fetch_sub_explicit(&xfam(xs)->fam_mapped, bytes, memory_order_relaxed);
+}
+/* The cap of xs's family (SIZE_MAX: none) and what the family maps. */
+static inline size_t xfam_cap(xseg_t *xs)
+{
+    return atomic_load_explicit(&xfam(xs)->fam_cap, memory_order_relaxed);
+}
+static inline size_t xfam_mapped(xseg_t *xs)
+{
+    return atomic_load_explicit(&xfam(xs)->fam_mapped, memory_order_relaxed);
+}
+/* 1 when mapping `need` more bytes would take the family over its cap. */
+static inline int xfam_over_cap(xseg_t *xs, size_t need)
+{
+    size_t cap = xfam_cap(xs);
+    return cap != SIZE_MAX && xfam_mapped(xs) + need > cap;
+}
 
 /* ---- worker.c: the reclaim worker (its own thread, xseg-reclaim) ---- */
 /* Start it (reclaim:worker); XSEG_OK or a status with a message. */

@@ -71,6 +71,7 @@ static xseg_status set_caps(xseg_t *xs)
     xs->max_handle = xs->conf.handle_size ? xs->conf.handle_size : XSEG_DEFAULT_MAX_HANDLE;
     if (xseg_conf_cap(&xs->conf, xs->dev_total, &xs->cap, err, sizeof err) != XSEG_OK)
         return xseg_fail(xs, XSEG_ERR_CONFIG, "%s", err); /* a cap of 0 would read as none */
+    atomic_store(&xs->fam_cap, xs->cap); /* a tag's is unused: its parent's counts */
     return XSEG_OK;
 }
 

@@ -286,7 +286,9 @@ static void *pool_alloc(int device, size_t size, void *stream, int *routed)
                   (unsigned long long)p->id.second, device, p->why);
     } else if (p) {
         int mode = relax_capture(p->xs);
-        ptr = alloc_from(p->xs, size, stream);
+        /* the pool's own allocator, whatever the thread's tag (tags.c) */
+        if (xapi_alloc(p->xs, size, stream, &ptr) != XSEG_OK)
+            ptr = NULL;
         restore_capture(mode);
     }
     pool_unlock();
@@ -406,6 +408,7 @@ static void set_fraction(xseg_t *xs, double fraction)
         cap = by_fraction ? by_fraction : 1; /* a cap, never 0 (= none in the stats) */
     xs->conf.memory_fraction = fraction;
     xs->cap = cap;
+    atomic_store(&xs->fam_cap, cap); /* its tags' memory counts too */
     xlock_unlock(&xs->lock);
 }
 
@@ -493,4 +496,104 @@ void xseg_torch_release_pool(int device, xseg_torch_pool_id id)
     if (p && p->refs)
         p->refs--; /* destroyed at the next empty_cache once idle */
     pool_unlock();
+}
+
+/* ---- sleep and wake for PyTorch (docs/sleep.md) ---- */
+
+#define GRAPHS_TAG "graphs"
+
+/* The tag ids of `names` but "graphs" (*graphs set instead). */
+static xseg_status tag_ids(const char *const *names, size_t n, int *ids, size_t *nids,
+                           int *graphs, const char *what)
+{
+    *nids = 0;
+    *graphs = 0;
+    if (!names || n == 0 || n > XSEG_MAX_TAGS)
+        return xseg_fail(NULL, XSEG_ERR_INVALID_ARG, "%s: %zu tags given (1 to %d, not NULL)",
+                         what, names ? n : 0, XSEG_MAX_TAGS);
+    for (size_t i = 0; i < n; i++) {
+        if (!names[i])
+            return xseg_fail(NULL, XSEG_ERR_INVALID_ARG, "%s: tag name %zu is NULL", what, i);
+        if (strcmp(names[i], GRAPHS_TAG) == 0) {
+            *graphs = 1;
+            continue;
+        }
+        xseg_status st = xseg_tag_id(names[i], &ids[*nids]);
+        if (st != XSEG_OK)
+            return st;
+        (*nids)++;
+    }
+    return XSEG_OK;
+}
+
+/* Sleep (asleep = 0) or wake (1) the pools of `device` that are in the
+ * other state (a pool made since the last sleep is simply awake); all or
+ * nothing.  The pool lock is held. */
+static xseg_status pools_turn(int device, int asleep, xseg_sleep_mode mode, const char *what)
+{
+    xseg_status st = XSEG_OK;
+    for (tpool *p = g_pools; p; p = p->next) {
+        if (p->device != device || !p->xs || atomic_load(&p->xs->asleep) != asleep)
+            continue;
+        st = asleep ? xsleep_wake(p->xs) : xsleep_sleep(p->xs, mode);
+        if (st != XSEG_OK) {
+            char keep[512];
+            snprintf(keep, sizeof keep, "%s", xseg_last_error());
+            for (tpool *q = g_pools; q != p; q = q->next) /* undo the ones turned */
+                if (q->device == device && q->xs && atomic_load(&q->xs->asleep) != asleep)
+                    (void)(asleep ? xsleep_sleep(q->xs, (xseg_sleep_mode)q->xs->sleep_mode)
+                                  : xsleep_wake(q->xs));
+            return xseg_fail(NULL, st, "%s: the CUDA graph pool (%llu,%llu): %s", what,
+                             (unsigned long long)p->id.first, (unsigned long long)p->id.second,
+                             keep);
+        }
+    }
+    return st;
+}
+
+static xseg_status torch_turn(int device, const char *const *tags, size_t ntags, int wake,
+                              xseg_sleep_mode mode, const char *what)
+{
+    int ids[XSEG_MAX_TAGS], graphs = 0;
+    size_t nids = 0;
+    if (!check_device(device, what))
+        return XSEG_ERR_NO_DEVICE;
+    xseg_status st = tag_ids(tags, ntags, ids, &nids, &graphs, what);
+    xseg_t *xs = st == XSEG_OK ? device_xs(device, what) : NULL;
+    if (st != XSEG_OK || !xs)
+        return st != XSEG_OK ? st : XSEG_ERR_NO_DEVICE;
+    pool_lock();
+    if (atomic_load(&g_capture[device])) {
+        pool_unlock();
+        return xseg_fail(NULL, XSEG_ERR_STATE,
+                         "%s: a CUDA graph is being captured on device %d; end the capture "
+                         "first", what, device);
+    }
+    if (graphs)
+        st = pools_turn(device, wake, mode, what);
+    if (st == XSEG_OK && nids) {
+        st = wake ? xseg_wake(xs, ids, nids) : xseg_sleep(xs, ids, nids, mode);
+        if (st != XSEG_OK && graphs) { /* all or nothing: the pools go back */
+            char keep[768];
+            snprintf(keep, sizeof keep, "%s", xseg_last_error());
+            (void)pools_turn(device, !wake, mode, what);
+            xseg_fail(NULL, st, "%s", keep);
+        }
+    }
+    pool_unlock();
+    return st;
+}
+
+xseg_status xseg_torch_sleep(int device, const char *const *tags, size_t ntags,
+                             xseg_sleep_mode mode)
+{
+    if (mode != XSEG_SLEEP_DISCARD && mode != XSEG_SLEEP_BACKUP)
+        return xseg_fail(NULL, XSEG_ERR_INVALID_ARG, "xseg_torch_sleep: mode %d is unknown",
+                         (int)mode);
+    return torch_turn(device, tags, ntags, 0, mode, "xseg_torch_sleep");
+}
+
+xseg_status xseg_torch_wake(int device, const char *const *tags, size_t ntags)
+{
+    return torch_turn(device, tags, ntags, 1, XSEG_SLEEP_DISCARD, "xseg_torch_wake");
 }

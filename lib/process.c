@@ -128,7 +128,7 @@ xseg_t *xproc_default_peek(int device)
 static int owns(const xseg_t *xs, const void *ptr)
 {
     uintptr_t a = (uintptr_t)ptr;
-    return xs && a >= xs->arena.base && a - xs->arena.base < xs->arena.size;
+    return xs && xseg_range_owner((xseg_t *)xs, a) != NULL; /* its tags' memory too */
 }
 
 xseg_t *xproc_default_owning(int device, const void *ptr)

@@ -249,13 +249,14 @@ static xseg_status wake_locked(xseg_t *xs, const char *what)
 {
     size_t need = 0;
     each_live_run(xs, count_run, &need);
-    if (xs->cap != SIZE_MAX && xs->mapped.cur + need > xs->cap) {
+    if (xfam_over_cap(xs, need)) {
         char b1[32], b2[32], b3[32];
         return xseg_fail(xs, XSEG_ERR_OOM,
-                         "%s: waking needs %s mapped for the live blocks; mapped %s, cap %s; "
-                         "the memory stays asleep", what, xseg_fmt_size(need, b1, sizeof b1),
-                         xseg_fmt_size(xs->mapped.cur, b2, sizeof b2),
-                         xseg_fmt_size(xs->cap, b3, sizeof b3));
+                         "%s: waking needs %s mapped for the live blocks; mapped (every tag) "
+                         "%s, cap %s; the memory stays asleep", what,
+                         xseg_fmt_size(need, b1, sizeof b1),
+                         xseg_fmt_size(xfam_mapped(xs), b2, sizeof b2),
+                         xseg_fmt_size(xfam_cap(xs), b3, sizeof b3));
     }
     xseg_status st = each_live_run(xs, map_live_run, NULL);
     int rc = XDRV_SUCCESS;
