@@ -6,7 +6,10 @@
  * done (and a control without record_stream shows the check catches a
  * violation); out of memory at the device's real capacity leaks nothing; the
  * max_mapped / memory_fraction caps hold and trim gives memory back
- * (cuMemGetInfo); two allocators and the default allocator coexist.
+ * (cuMemGetInfo); two allocators and the default allocator coexist; a tag's
+ * memory sleeps (device memory comes back, cuMemGetInfo) and wakes at the
+ * same addresses with its contents (backup) and a CUDA graph captured
+ * before the sleep replays into it after the wake.
  *
  * libcuda.so.1 is opened here with dlopen (as the library does), so the
  * suite needs neither nvcc nor cuda.h.  Without a usable GPU it exits 77,
@@ -57,6 +60,12 @@ typedef struct gcu {
     cures (*EventQuery)(void *);
     cures (*EventDestroy)(void *);
     cures (*StreamWaitEvent)(void *, void *, unsigned);
+    cures (*StreamBeginCapture)(void *, int);
+    cures (*StreamEndCapture)(void *, void **);
+    cures (*GraphInstantiateWithFlags)(void **, void *, unsigned long long);
+    cures (*GraphLaunch)(void *, void *);
+    cures (*GraphExecDestroy)(void *);
+    cures (*GraphDestroy)(void *);
 } gcu;
 
 #define ENTRY(f) { "cu" #f, offsetof(gcu, f) }
@@ -69,6 +78,8 @@ static const struct {
     ENTRY(LaunchKernel), ENTRY(StreamCreate), ENTRY(StreamSynchronize), ENTRY(MemcpyDtoH),
     ENTRY(MemGetInfo), ENTRY(MemAlloc), ENTRY(MemsetD32), ENTRY(EventCreate),
     ENTRY(EventRecord), ENTRY(EventQuery), ENTRY(EventDestroy), ENTRY(StreamWaitEvent),
+    ENTRY(StreamBeginCapture), ENTRY(StreamEndCapture), ENTRY(GraphInstantiateWithFlags),
+    ENTRY(GraphLaunch), ENTRY(GraphExecDestroy), ENTRY(GraphDestroy),
 };
 #undef ENTRY
 
@@ -765,6 +776,102 @@ START_TEST(test_stress_million)
 }
 END_TEST
 
+/* ---- sleep and wake of a tag (docs/sleep.md) ------------------------- */
+
+static int tag_of(const char *name)
+{
+    int t = -1;
+    ck_assert_int_eq(xseg_tag_id(name, &t), XSEG_OK);
+    return t;
+}
+
+static const size_t k_sleep_sizes[] = {512, 60 * KIB, 3 * MIB + 100, 64 * MIB, 700 * MIB};
+#define NSLEEP (sizeof k_sleep_sizes / sizeof k_sleep_sizes[0])
+
+START_TEST(test_sleep_backup_restores)
+{
+    xseg_t *xs = make("backend:cuda");
+    int w = tag_of("gpu_weights");
+    void *p[NSLEEP], *u = xalloc(xs, 32 * MIB, S1); /* untagged: stays */
+    fill(u, 32 * MIB, 500, S1);
+    for (size_t i = 0; i < NSLEEP; i++) {
+        ck_assert_int_eq(xseg_alloc_tagged(xs, k_sleep_sizes[i], S1, w, &p[i]), XSEG_OK);
+        fill(p[i], k_sleep_sizes[i], 510 + (unsigned)i, S1);
+    }
+    size_t free0 = dev_free();
+    xseg_tag_stats ts = {.size = sizeof ts};
+    ck_assert_int_eq(xseg_tag_stats_get(xs, w, &ts), XSEG_OK);
+    uint64_t mapped = ts.mapped_bytes.current;
+    for (int cycle = 0; cycle < 3; cycle++) {
+        ck_assert_msg(xseg_sleep(xs, &w, 1, XSEG_SLEEP_BACKUP) == XSEG_OK, "%s",
+                      xseg_last_error());
+        size_t asleep = dev_free();
+        ck_assert_msg(asleep + SLACK >= free0 + mapped,
+                      "sleep gave %zu B back of %llu B mapped", asleep - free0,
+                      (unsigned long long)mapped);
+        void *q = NULL;
+        ck_assert_int_eq(xseg_alloc_tagged(xs, 4096, S1, w, &q), XSEG_ERR_ASLEEP);
+        ck_assert_msg(xseg_wake(xs, &w, 1) == XSEG_OK, "%s", xseg_last_error());
+        for (size_t i = 0; i < NSLEEP; i++)
+            expect_pattern(p[i], k_sleep_sizes[i], 510 + (unsigned)i, S1);
+        expect_pattern(u, 32 * MIB, 500, S1);
+    }
+    for (size_t i = 0; i < NSLEEP; i++)
+        xfree(xs, p[i]);
+    xfree(xs, u);
+}
+END_TEST
+
+START_TEST(test_sleep_discard_gives_back)
+{
+    xseg_t *xs = make("backend:cuda");
+    int kv = tag_of("gpu_kv");
+    void *p[4];
+    size_t free0 = dev_free();
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(xseg_alloc_tagged(xs, GIB, S1, kv, &p[i]), XSEG_OK);
+        fill(p[i], GIB, 600 + (unsigned)i, S1);
+    }
+    size_t loaded = dev_free();
+    ck_assert_msg(xseg_sleep(xs, &kv, 1, XSEG_SLEEP_DISCARD) == XSEG_OK, "%s",
+                  xseg_last_error());
+    size_t asleep = dev_free();
+    ck_assert_msg(asleep + SLACK >= free0, "asleep: %zu B free, %zu before the 4 GiB", asleep,
+                  free0);
+    ck_assert_msg(xseg_wake(xs, &kv, 1) == XSEG_OK, "%s", xseg_last_error());
+    ck_assert_msg(dev_free() <= loaded + SLACK, "wake mapped too little");
+    for (int i = 0; i < 4; i++) { /* usable again (contents were discarded) */
+        fill(p[i], GIB, 700 + (unsigned)i, S1);
+        expect_pattern(p[i], GIB, 700 + (unsigned)i, S1);
+        xfree(xs, p[i]);
+    }
+}
+END_TEST
+
+#define CU_STREAM_CAPTURE_MODE_RELAXED 2
+
+START_TEST(test_sleep_graph_replays)
+{
+    xseg_t *xs = make("backend:cuda");
+    int g = tag_of("gpu_graph");
+    void *p = NULL, *graph = NULL, *exec = NULL;
+    ck_assert_int_eq(xseg_alloc_tagged(xs, 256 * MIB, S1, g, &p), XSEG_OK);
+    CU(G.StreamBeginCapture(S1, CU_STREAM_CAPTURE_MODE_RELAXED));
+    fill(p, 256 * MIB, 800, S1);
+    CU(G.StreamEndCapture(S1, &graph));
+    CU(G.GraphInstantiateWithFlags(&exec, graph, 0));
+    CU(G.GraphLaunch(exec, S1));
+    expect_pattern(p, 256 * MIB, 800, S1);
+    ck_assert_msg(xseg_sleep(xs, &g, 1, XSEG_SLEEP_DISCARD) == XSEG_OK, "%s", xseg_last_error());
+    ck_assert_msg(xseg_wake(xs, &g, 1) == XSEG_OK, "%s", xseg_last_error());
+    CU(G.GraphLaunch(exec, S1)); /* no re-capture: same addresses */
+    expect_pattern(p, 256 * MIB, 800, S1);
+    CU(G.GraphExecDestroy(exec));
+    CU(G.GraphDestroy(graph));
+    xfree(xs, p);
+}
+END_TEST
+
 /* ---- suite ----------------------------------------------------------- */
 
 static TCase *tc(const char *name)
@@ -792,6 +899,11 @@ static Suite *gpu_suite(void)
     tcase_add_test(t, test_cap_max_mapped);
     tcase_add_test(t, test_cap_memory_fraction);
     tcase_add_test(t, test_trim_gives_back);
+    suite_add_tcase(s, t);
+    t = tc("sleep");
+    tcase_add_test(t, test_sleep_backup_restores);
+    tcase_add_test(t, test_sleep_discard_gives_back);
+    tcase_add_test(t, test_sleep_graph_replays);
     suite_add_tcase(s, t);
     t = tc("stress");
     tcase_add_test(t, test_stress_million);
