@@ -10,6 +10,9 @@ Pure Python over libxseg.so (ctypes).  The public functions:
     prometheus(device)      Prometheus text exposition, for a /metrics page
     graph_pools(device)     the CUDA-graph pools: count, memory, live blocks
     snapshot_json(device), history_json(device)   blocks and recorded events
+    tag(name)               `with xseg.tag("weights"):` tags the thread's allocations
+    sleep(tags, mode, device), wake_up(tags, device)   give memory back, keep addresses
+    tag_stats(device)       per-tag live, mapped, sleeping and backup bytes
     reset_peak_stats(device), last_error(), library_path(), version()
 
 See docs/pytorch.md in the xseg source tree.
@@ -21,6 +24,7 @@ from ._lib import version as library_version
 from ._stats import (backend, empty_cache, graph_pools, history_json, memory_stats,
                      prometheus, raw_stats, reset_peak_stats, snapshot_json, stats_dict,
                      stats_json)
+from ._sleep import current_tag, sleep, tag, tag_stats, wake_up
 from ._summary import summary
 from ._torch import has_graph_hooks, hooks, install, installed
 
@@ -33,8 +37,9 @@ def version():
 
 
 __all__ = [
-    "XsegError", "backend", "empty_cache", "format_conf", "graph_pools", "has_graph_hooks",
-    "history_json", "hooks", "install", "installed", "last_error", "library_path",
-    "memory_stats", "prometheus", "raw_stats", "reset_peak_stats", "set_conf",
-    "snapshot_json", "stats_dict", "stats_json", "summary", "version",
+    "XsegError", "backend", "current_tag", "empty_cache", "format_conf", "graph_pools",
+    "has_graph_hooks", "history_json", "hooks", "install", "installed", "last_error",
+    "library_path", "memory_stats", "prometheus", "raw_stats", "reset_peak_stats", "set_conf",
+    "sleep", "snapshot_json", "stats_dict", "stats_json", "summary", "tag", "tag_stats",
+    "version", "wake_up",
 ]

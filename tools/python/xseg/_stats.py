@@ -95,10 +95,13 @@ def xseg_keys(s):
 
 
 def memory_stats(device=None):
-    """Like torch.cuda.memory_stats(device): a flat, sorted dict of ints."""
+    """Like torch.cuda.memory_stats(device): a flat, sorted dict of ints;
+    "tags.<name>.*" for each named tag the device's allocator has used."""
+    from . import _sleep  # noqa: PLC0415 (_sleep imports this module)
     s = raw_stats(device)
     out = torch_keys(s)
     out.update(xseg_keys(s))
+    out.update(_sleep.tag_keys(device))
     return collections.OrderedDict(sorted(out.items()))
 
 
