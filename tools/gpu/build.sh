@@ -4,13 +4,18 @@
 # PyTorch and its C++ headers are there, c10's CUDA caching allocator.
 # If alloc_torch.cpp does not build, alloc_torch_none.c stands in and the
 # PyTorch contenders report themselves unavailable.
+# It also builds bench_sleep (bench_sleep.c: sleep and wake figures, issue
+# 14) next to it; a failure there is reported and does not fail the bench.
 # usage: tools/gpu/build.sh XSEG_BUILD_DIR OUTPUT_BINARY
-case "${1:-}" in -h|--help) sed -n "2,7p" "$0" | sed "s/^# \{0,1\}//"; exit 0 ;; esac
+#        tools/gpu/build.sh --sleep XSEG_BUILD_DIR OUTPUT_BINARY  (bench_sleep only)
+case "${1:-}" in -h|--help) sed -n "2,10p" "$0" | sed "s/^# \{0,1\}//"; exit 0 ;; esac
 set -u
+sleep_only=0
+if [ "${1:-}" = --sleep ]; then sleep_only=1; shift; fi
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-xbuild=${1:?usage: build.sh XSEG_BUILD_DIR OUTPUT_BINARY}
-out=${2:?usage: build.sh XSEG_BUILD_DIR OUTPUT_BINARY}
+xbuild=${1:?usage: build.sh [--sleep] XSEG_BUILD_DIR OUTPUT_BINARY}
+out=${2:?usage: build.sh [--sleep] XSEG_BUILD_DIR OUTPUT_BINARY}
 cuda=${CUDA_HOME:-/usr/local/cuda}
 obj=$(dirname "$out")/bench-obj
 mkdir -p "$obj"
@@ -26,11 +31,25 @@ if [ -f /usr/include/zlib.h ]; then
     libs="$libs -lz"
 fi
 
+# bench_sleep: one file, libxseg and the CUDA runtime.
+build_sleep() {
+    gcc $cflags "$here/bench_sleep.c" -o "$1" "$xlib" $libs \
+        && echo "build.sh: built $1" && return 0
+    echo "build.sh: bench_sleep.c did not build"
+    return 1
+}
+if [ $sleep_only = 1 ]; then
+    build_sleep "$out"
+    exit
+fi
+build_sleep "$(dirname "$out")/bench_sleep"
+
 objs=()
 for src in "$here"/bench_*.c "$here"/alloc_xseg.c "$here"/alloc_async.c \
            "$here"/alloc_cudamalloc.c "$root"/tools/trace/trace.c \
            "$root"/tools/trace/trace_source.c "$root"/tools/trace/trace_parse.c \
            "$root"/tools/trace/trace_build.c; do
+    [ "$(basename "$src")" = bench_sleep.c ] && continue # a program of its own
     o="$obj/$(basename "${src%.c}").o"
     gcc $cflags -c "$src" -o "$o" || exit 1
     objs+=("$o")
