@@ -428,9 +428,13 @@ xseg_status xseg_stats_json(xseg_t *xs, char *buf, size_t cap, size_t *len)
     CHECK_XS(xs);
     if (!buf && cap)
         return xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_stats_json: buf is NULL");
+    /* tagstats.c (lib/tag_fields.h): the stats and the "tags" array of the
+     * family's tags, docs/stats.md; declared here, in the one function of
+     * this file that uses it */
+    size_t xtags_stats_json(xseg_t *, const xseg_stats *, char *, size_t);
     xseg_stats st = {.size = sizeof st};
     family_stats(xs, &st);
-    size_t n = xseg_render_json(&st, xdrv_name(xs), buf, cap);
+    size_t n = xtags_stats_json(xs, &st, buf, cap);
     if (len)
         *len = n;
     if (n + 1 > cap)

@@ -5,7 +5,9 @@
  * (made from the field list, stats_fields.h), for
  * one allocator (xseg_stats_prometheus) or many with extra labels
  * (xseg_stats_prometheus_render: xseg-top renders every published record
- * with it, so both texts have the same families and HELP lines). */
+ * with it, so both texts have the same families and HELP lines).  The
+ * per-tag families (tag_fields.h's list) follow, one sample per tag shown
+ * with a `tag` label after `device`, when some source has tags in use. */
 #include <stddef.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -13,17 +15,19 @@
 
 #include "internal.h"
 #include "stats_fields.h"
+#include "tag_fields.h"
 #include "textbuf.h"
 
 typedef unsigned long long ull;
 
 /* How a family shows its member (stats_fields.h's style). */
-enum { STYLE_one, STYLE_inf0, STYLE_ops };
+enum { STYLE_one, STYLE_inf0, STYLE_ops, STYLE_i32, STYLE_sec };
 
 typedef struct pfamily {
     const char *name;
     const char *type; /* "gauge" or "counter" */
-    size_t off;       /* of a uint64_t (ops: of the first) in xseg_stats */
+    size_t off;       /* of a uint64_t (ops: of the first) in xseg_stats;
+                         of the member in xseg_tag_stats for a tag family */
     int style;
     const char *help;
 } pfamily;
@@ -33,6 +37,11 @@ typedef struct pfamily {
     [order] = {name, #type, offsetof(xseg_stats, member), STYLE_##style, help},
 static const pfamily families[XSEG_STATS_NFAMILIES] = {
     XSEG_STATS_FIELDS(XSEG_SF_PROMS_, FAMILY)};
+/* Every tag family of tag_fields.h, in list order. */
+#define TFAMILY(member, style, type, name, help) \
+    {name, #type, offsetof(xseg_tag_stats, member), STYLE_##style, help},
+static const pfamily tag_families[XSEG_TAG_NFAMILIES] = {
+    XSEG_TAG_FIELDS(XSEG_TF_PROMS_, TFAMILY)};
 /* The orders are 0 .. n-1, each once (an order >= n does not compile). */
 #define ORDER(order, ...) +(order)
 #define ORDER2(order, ...) +(order) * (order)
@@ -53,6 +62,8 @@ static uint64_t field(const xseg_stats *s, size_t off)
 typedef struct psrc {
     xseg_stats st;
     const xseg_prom_source *src;
+    const xseg_tag_stats *tags; /* the tags shown, for the tag families */
+    size_t ntags;
 } psrc;
 
 /* Length of the valid UTF-8 sequence at s (RFC 3629: no overlong forms, no
@@ -138,6 +149,32 @@ static void family(xtb *b, const pfamily *f, const psrc *p, size_t n)
     }
 }
 
+/* One sample per tag of every source: `name{labels,device="N",tag="T"} v`;
+ * a tag whose name is unknown (a record written without it) is labelled by
+ * its id. */
+static void tag_family(xtb *b, const pfamily *f, const psrc *p, size_t n)
+{
+    xtb_put(b, "# HELP %s %s\n# TYPE %s %s\n", f->name, f->help, f->name, f->type);
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < p[i].ntags; k++) {
+            const xseg_tag_stats *t = &p[i].tags[k];
+            const char *m = (const char *)t + f->off;
+            char name[XSEG_TAG_NAME_MAX + 1];
+            snprintf(name, sizeof name, "%.*s", XSEG_TAG_NAME_MAX, t->name);
+            if (!name[0])
+                snprintf(name, sizeof name, "%d", t->tag);
+            open_sample(b, f->name, &p[i]);
+            xtb_put(b, ",tag=\"");
+            label_value(b, name);
+            if (f->style == STYLE_i32)
+                xtb_put(b, "\"} %d\n", *(const int32_t *)(const void *)m);
+            else if (f->style == STYLE_sec)
+                xtb_put(b, "\"} %.9f\n", (double)*(const uint64_t *)(const void *)m / 1e9);
+            else
+                xtb_put(b, "\"} %llu\n", (ull) * (const uint64_t *)(const void *)m);
+        }
+}
+
 static void info_family(xtb *b, const psrc *p, size_t n)
 {
     xtb_put(b, "# HELP xseg_info Allocator information (always 1).\n# TYPE xseg_info gauge\n");
@@ -158,6 +195,11 @@ static size_t render(const psrc *p, size_t n, char *buf, size_t cap)
     info_family(&b, p, n);
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
         family(&b, &families[i], p, n);
+    size_t tags = 0;
+    for (size_t i = 0; i < n; i++)
+        tags += p[i].ntags;
+    for (size_t i = 0; tags && i < sizeof tag_families / sizeof tag_families[0]; i++)
+        tag_family(&b, &tag_families[i], p, n);
     if (cap)
         buf[b.len < cap ? b.len : cap - 1] = '\0';
     return b.len;
@@ -184,14 +226,16 @@ xseg_status xseg_stats_prometheus(xseg_t *xs, char *buf, size_t cap, size_t *len
     xseg_status rc = xseg_get_stats(xs, &st);
     if (rc != XSEG_OK)
         return rc;
+    xseg_tag_stats tags[XSEG_MAX_TAGS];
+    size_t nt = xtags_collect(xs, tags);
     xseg_prom_source src = {&st, xseg_backend_name(xs), NULL, 0, NULL, NULL};
-    psrc p = {st, &src};
+    psrc p = {st, &src, tags, nt};
     return finish(xs, "xseg_stats_prometheus", render(&p, 1, buf, cap), cap, len);
 }
 
 static int label_name_ok(const char *s)
 {
-    static const char *const reserved[] = {"device", "op", "backend", "version"};
+    static const char *const reserved[] = {"device", "op", "backend", "version", "tag"};
     if (!s || !*s || (s[0] == '_' && s[1] == '_') || (s[0] >= '0' && s[0] <= '9'))
         return 0;
     for (const char *c = s; *c; c++)
@@ -219,7 +263,7 @@ static xseg_status take_source(const xseg_prom_source *s, size_t i, psrc *p)
         if (!label_name_ok(s->label_names[k]))
             return xseg_fail(NULL, XSEG_ERR_INVALID_ARG,
                              "%s: source %zu, label %zu: name '%s' is not [a-zA-Z_][a-zA-Z0-9_]* "
-                             "or is reserved (device, op, backend, version, __*)",
+                             "or is reserved (device, op, backend, version, tag, __*)",
                              who, i, k, s->label_names[k] ? s->label_names[k] : "(null)");
     if (p) {
         size_t sz = s->stats->size < sizeof p->st ? s->stats->size : sizeof p->st;
@@ -233,9 +277,18 @@ static xseg_status take_source(const xseg_prom_source *s, size_t i, psrc *p)
 xseg_status xseg_stats_prometheus_render(const xseg_prom_source *src, size_t n, char *buf,
                                          size_t cap, size_t *len)
 {
-    if ((!src && n) || (!buf && cap))
+    return xseg_prom_render_tags(src, NULL, NULL, n, buf, cap, len);
+}
+
+xseg_status xseg_prom_render_tags(const xseg_prom_source *src, const xseg_tag_stats *const *tags,
+                                  const size_t *ntags, size_t n, char *buf, size_t cap,
+                                  size_t *len)
+{
+    if ((!src && n) || (!buf && cap) || (!tags != !ntags))
         return xseg_fail(NULL, XSEG_ERR_INVALID_ARG, "xseg_stats_prometheus_render: %s is NULL",
-                         buf || !cap ? "src" : "buf");
+                         !tags != !ntags ? (tags ? "ntags" : "tags")
+                         : buf || !cap   ? "src"
+                                         : "buf");
     for (size_t i = 0; i < n; i++) {
         xseg_status rc = take_source(&src[i], i, NULL);
         if (rc != XSEG_OK)
@@ -245,8 +298,13 @@ xseg_status xseg_stats_prometheus_render(const xseg_prom_source *src, size_t n, 
     if (n && !p)
         return xseg_fail(NULL, XSEG_ERR_OOM,
                          "xseg_stats_prometheus_render: no host memory for %zu sources", n);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         take_source(&src[i], i, &p[i]);
+        if (tags && tags[i]) {
+            p[i].tags = tags[i];
+            p[i].ntags = ntags[i];
+        }
+    }
     size_t need = render(p, n, buf, cap);
     free(p);
     return finish(NULL, "xseg_stats_prometheus_render", need, cap, len);

@@ -9,7 +9,15 @@
  * xseg_fill_stats, when a driver call, trim, retry, cap change or peak reset
  * may have moved the others; the largest free block every 64th update): a
  * bounded number of relaxed stores, no system call, no lock beyond the
- * allocator's own (which the caller holds). */
+ * allocator's own (which the caller holds).
+ *
+ * Tag rows (shm_format.h): once the allocator has a tag in use, an update
+ * also copies each tag's numbers into its row, when the tags may have moved
+ * (the family's mapped bytes changed, the cold fields are copied) and on
+ * every 16th update.  A tag's row is written under that tag allocator's
+ * lock, taken with a try while the parent's is held (parent then tag, the
+ * one order allowed): a tag busy in a long call (a sleep waiting for the
+ * GPU) is skipped, never waited for, and copied at a later update. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -26,13 +34,23 @@
 
 /* history.c */
 
+/* The numbers of a tag's allocator that its row's copy depends on. */
+#define ROW_SEEN 10
+
 /* One allocator's publication. */
 typedef struct xshm {
     xseg_shm_record *rec;
     pid_t pid;        /* the process that claimed it (fork check) */
     uint64_t updates;
     uint64_t cold_sig; /* cold_signature() at the last copy of the cold fields */
+    size_t fam_seen;  /* the family's mapped bytes at the last copy of the tag rows */
+    int rows_on;      /* the tag rows are published (a tag was in use) */
+    uint64_t seen[XSEG_SHM_TAGS][ROW_SEEN]; /* each tag's numbers at its row's last copy */
 } xshm;
+
+/* Tag names for the rows, process-wide like the tags (xseg_shm_tag_name);
+ * atomic words: named once, read by any allocator's update. */
+static _Atomic uint64_t g_tag_names[XSEG_MAX_TAGS][XSEG_TAG_NAME_MAX / 8];
 
 /* The process's file. */
 static struct {
@@ -53,6 +71,141 @@ static uint64_t now_ns(clockid_t clk)
 static void put(xseg_shm_record *r, unsigned f, uint64_t v)
 {
     atomic_store_explicit(&r->v[f], v, memory_order_relaxed);
+}
+
+/* ---- tag names and rows ---- */
+
+void xseg_shm_tag_name(int tag, const char *name)
+{
+    uint64_t w[XSEG_TAG_NAME_MAX / 8] = {0};
+    if (tag < 0 || tag >= XSEG_MAX_TAGS || !name)
+        return;
+    memcpy(w, name, strnlen(name, XSEG_TAG_NAME_MAX - 1));
+    for (unsigned i = 0; i < XSEG_TAG_NAME_MAX / 8; i++)
+        atomic_store_explicit(&g_tag_names[tag][i], w[i], memory_order_relaxed);
+}
+
+static void tag_name_of(int tag, char *out)
+{
+    uint64_t w[XSEG_TAG_NAME_MAX / 8];
+    for (unsigned i = 0; i < XSEG_TAG_NAME_MAX / 8; i++)
+        w[i] = atomic_load_explicit(&g_tag_names[tag][i], memory_order_relaxed);
+    memcpy(out, w, XSEG_TAG_NAME_MAX);
+    out[XSEG_TAG_NAME_MAX - 1] = '\0';
+    if (tag == 0 && !out[0])
+        snprintf(out, XSEG_TAG_NAME_MAX, "default");
+}
+
+/* Bytes of blocks holding live memory (allocated, or slabs): what a tag
+ * asleep has given back (as sleep.c counts it). */
+static uint64_t in_use_bytes(const xseg_t *xs)
+{
+    uint64_t n = 0;
+    for (const xblock *b = xs->first_block; b; b = b->anext)
+        if (!(b->flags & (XB_FREE | XB_MOVED | XB_RELEASING)))
+            n += b->size;
+    return n;
+}
+
+/* Tag `tag`'s numbers from its allocator c, whose lock the caller holds:
+ * what xseg_tag_stats_get gives (sleep.c's xsleep_fill), read here since
+ * shm.c lies below tags.c and sleep.c. */
+static void tag_fill(xseg_t *c, int tag, xseg_tag_stats *s)
+{
+    memset(s, 0, sizeof *s);
+    s->size = sizeof *s;
+    s->tag = tag;
+    tag_name_of(tag, s->name);
+    s->asleep = atomic_load(&c->asleep);
+    s->mode = c->sleep_mode;
+    s->live_bytes = (xseg_counter){c->allocated.cur, c->allocated.peak, c->allocated.total};
+    s->mapped_bytes = (xseg_counter){c->mapped.cur, c->mapped.peak, c->mapped.total};
+    s->sleeping_bytes = s->asleep ? in_use_bytes(c) : 0;
+    s->backup_bytes = s->asleep && c->sleep_mode == XSEG_SLEEP_BACKUP ? c->bk_bytes : 0;
+    s->sleeps = c->sleeps;
+    s->wakes = c->wakes;
+    s->last_sleep_ns = c->last_sleep_ns;
+    s->last_wake_ns = c->last_wake_ns;
+}
+
+/* 1 when tag allocator c (its lock held) moved since `seen` was taken,
+ * which then takes its numbers again: a row is copied only then. */
+static int tag_moved(const xseg_t *c, uint64_t seen[ROW_SEEN])
+{
+    uint64_t now[ROW_SEEN] = {c->allocated.cur, c->allocated.peak, c->allocated.total,
+                              c->mapped.cur,    c->mapped.peak,    c->mapped.total,
+                              c->sleeps,        c->wakes,          (uint64_t)atomic_load(&c->asleep),
+                              (uint64_t)c->sleep_mode};
+    if (memcmp(now, seen, sizeof now) == 0)
+        return 0;
+    memcpy(seen, now, sizeof now);
+    return 1;
+}
+
+/* Row `t` of r, under its own seqlock (its tag allocator's lock held). */
+static void put_row(xseg_shm_record *r, unsigned t, const xseg_tag_stats *s)
+{
+    xseg_shm_tag_row *row = &r->tags[t];
+    uint64_t v[XST_COUNT] = {0};
+    xseg_shm_tag_copy(v, (xseg_tag_stats *)s, 0);
+    v[XST_USED] = 1;
+    uint64_t q = atomic_load_explicit(&row->seq, memory_order_relaxed);
+    atomic_store_explicit(&row->seq, q + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    for (unsigned i = 0; i < XST_COUNT; i++)
+        atomic_store_explicit(&row->v[i], v[i], memory_order_relaxed);
+    atomic_store_explicit(&row->seq, q + 2, memory_order_release);
+}
+
+/* Tag 0's live and mapped bytes (xs itself): the row's fields that move on
+ * its alloc / free, as put_hot stores the record's. */
+static void put_row0_hot(xseg_t *xs, xseg_shm_record *r)
+{
+    xseg_shm_tag_row *row = &r->tags[0];
+    uint64_t q = atomic_load_explicit(&row->seq, memory_order_relaxed);
+    atomic_store_explicit(&row->seq, q + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    atomic_store_explicit(&row->v[XST_LIVE], xs->allocated.cur, memory_order_relaxed);
+    atomic_store_explicit(&row->v[XST_LIVE + 1], xs->allocated.peak, memory_order_relaxed);
+    atomic_store_explicit(&row->v[XST_LIVE + 2], xs->allocated.total, memory_order_relaxed);
+    atomic_store_explicit(&row->v[XST_MAPPED], xs->mapped.cur, memory_order_relaxed);
+    atomic_store_explicit(&row->v[XST_MAPPED + 1], xs->mapped.peak, memory_order_relaxed);
+    atomic_store_explicit(&row->seq, q + 2, memory_order_release);
+}
+
+/* The rows of xs's tags in use and of tag 0 (xs itself, whose lock the
+ * caller holds), when they may have moved: `cold` (the cold fields are
+ * copied), the family's mapped bytes changed, or every 16th update; at the
+ * other updates, tag 0's live and mapped bytes. */
+static void put_tags(xseg_t *xs, xshm *m, int cold)
+{
+    if (!atomic_load_explicit(&xs->ntags, memory_order_relaxed))
+        return;
+    size_t fam = atomic_load_explicit(&xs->fam_mapped, memory_order_relaxed);
+    if (!cold && fam == m->fam_seen && (m->updates & 15u) != 0) {
+        if (m->rows_on)
+            put_row0_hot(xs, m->rec);
+        return;
+    }
+    m->fam_seen = fam;
+    xseg_tag_stats s;
+    for (unsigned t = 1; t < XSEG_SHM_TAGS; t++) {
+        xseg_t *c = atomic_load_explicit(&xs->tags[t], memory_order_acquire);
+        if (!c || !xlock_try(&c->lock))
+            continue; /* none, or busy: a later update copies it */
+        int moved = tag_moved(c, m->seen[t]);
+        if (moved)
+            tag_fill(c, (int)t, &s);
+        xlock_unlock(&c->lock);
+        if (moved && xseg_tag_in_use(&s)) {
+            put_row(m->rec, t, &s);
+            m->rows_on = 1;
+        }
+    }
+    if (m->rows_on) {
+        tag_fill(xs, 0, &s);
+        put_row(m->rec, 0, &s);
+    }
 }
 
 /* ---- the hot-path update ---- */
@@ -121,7 +274,8 @@ void xseg_shm_update(xseg_t *xs)
     atomic_store_explicit(&r->seq, s + 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
     uint64_t n = ++m->updates;
-    if (sig != m->cold_sig) {
+    int cold = sig != m->cold_sig;
+    if (cold) {
         put_all(xs, r, n);
         m->cold_sig = sig;
     } else {
@@ -130,6 +284,7 @@ void xseg_shm_update(xseg_t *xs)
             put(r, XSF_LARGEST_FREE, xseg_largest_free(xs)); /* every 64th update */
     }
     atomic_store_explicit(&r->seq, s + 2, memory_order_release);
+    put_tags(xs, m, cold);
 }
 
 /* ---- the process's file ---- */
@@ -148,6 +303,8 @@ static void init_header(xseg_shm_header *h)
     h->record_size = sizeof(xseg_shm_record);
     h->nslots = XSEG_SHM_SLOTS;
     h->nfields = XSF_COUNT;
+    h->tag_rows = XSEG_SHM_TAGS;
+    h->tag_fields = XST_COUNT;
     h->pid = (int32_t)getpid();
     h->start_ticks = xseg_shm_start_ticks(getpid(), NULL);
     h->created_ns = now_ns(CLOCK_REALTIME);
@@ -261,6 +418,14 @@ static void publish_first(xseg_t *xs, xshm *m)
     put(r, XSF_LIB_VERSION + 1, version[1]);
     put_all(xs, r, ++m->updates);
     m->cold_sig = cold_signature(xs);
+    for (unsigned t = 0; t < XSEG_SHM_TAGS; t++) { /* a reused slot's rows: unused */
+        xseg_shm_tag_row *row = &r->tags[t];
+        uint64_t q = atomic_load_explicit(&row->seq, memory_order_relaxed);
+        atomic_store_explicit(&row->seq, q + 1, memory_order_relaxed);
+        atomic_thread_fence(memory_order_release);
+        atomic_store_explicit(&row->v[XST_USED], 0, memory_order_relaxed);
+        atomic_store_explicit(&row->seq, q + 2, memory_order_release);
+    }
     atomic_store_explicit(&r->seq, s + 2, memory_order_release);
     atomic_store_explicit(&r->state, XSEG_SHM_USED, memory_order_release);
 }

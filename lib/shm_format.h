@@ -16,6 +16,14 @@
  * field order changed (version 2 holds every xseg_stats number and the
  * library version).  New fields are only ever appended, and `nfields`
  * tells how many a writer stores.
+ *
+ * Tag rows (version 5): after its fields, each record has XSEG_SHM_TAGS
+ * rows, row t for tag t (0: the memory allocated without a tag), each with
+ * the numbers of xseg_tag_stats (tag_fields.h's list) and a seqlock of its
+ * own, written under that tag allocator's lock (shm.c: by the parent's
+ * update, which takes each tag's lock with a try, never waiting).  A row is
+ * used (XST_USED) once the allocator has a tag in use; tags
+ * XSEG_SHM_TAGS and above are not published.
  */
 #ifndef XSEG_SHM_FORMAT_H
 #define XSEG_SHM_FORMAT_H
@@ -28,17 +36,22 @@
 #include <sys/types.h>
 
 #include "stats_fields.h"
+#include "tag_fields.h"
 #include "xseg.h"
 
 #define XSEG_SHM_MAGIC 0x314d48534745535full /* "_SEGSHM1", little-endian */
-#define XSEG_SHM_VERSION 4u /* 2: every xseg_stats field, library version; 3: the worker's;
-                              4: room for 24 driver ops (copies, pinned memory) */
+#define XSEG_SHM_VERSION 5u /* 2: every xseg_stats field, library version; 3: the worker's;
+                              4: room for 24 driver ops (copies, pinned memory);
+                              5: per-tag rows after the fields (tag_rows, tag_fields in
+                              the header) */
 #define XSEG_SHM_SLOTS 64u
 #define XSEG_SHM_PREFIX "xseg."
 #define XSEG_SHM_DEFAULT_DIR "/dev/shm"
 #define XSEG_SHM_DIR_ENV "XSEG_SHM_DIR"
 /* Driver-call counters kept per record (room for XSEG_OP_COUNT to grow). */
 #define XSEG_SHM_OPS 24u
+/* Tag rows per record: tags 0 .. XSEG_SHM_TAGS - 1. */
+#define XSEG_SHM_TAGS 16u
 
 /* Slot states. */
 enum { XSEG_SHM_FREE = 0, XSEG_SHM_USED = 1 };
@@ -105,12 +118,37 @@ enum xseg_shm_field {
     XSF_COUNT
 };
 
+/* Field indices into a tag row's v: the numbers of xseg_tag_stats, in
+ * tag_fields.h's order (the list names each field's first word). */
+enum xseg_shm_tag_field {
+    XST_USED = 0,       /* 1: the row holds tag XST_TAG */
+    XST_TAG,            /* the tag's id (= the row's index) */
+    XST_NAME,           /* its name, XSEG_TAG_NAME_MAX bytes NUL-padded (empty: unknown) */
+    XST_ASLEEP = XST_NAME + XSEG_TAG_NAME_MAX / 8,
+    XST_MODE,           /* xseg_sleep_mode of the last sleep */
+    XST_LIVE,           /* live bytes: current, peak, total */
+    XST_MAPPED = XST_LIVE + 3, /* mapped bytes: current, peak, total */
+    XST_SLEEPING = XST_MAPPED + 3,
+    XST_BACKUP,
+    XST_SLEEPS,
+    XST_WAKES,
+    XST_LAST_SLEEP_NS,
+    XST_LAST_WAKE_NS,
+    XST_COUNT
+};
+
+typedef struct xseg_shm_tag_row {
+    _Atomic uint64_t seq;    /* even: stable, odd: being written */
+    _Atomic uint64_t v[XST_COUNT];
+} xseg_shm_tag_row;
+
 typedef struct xseg_shm_record {
     _Atomic uint32_t state;  /* XSEG_SHM_FREE / XSEG_SHM_USED */
     uint32_t reserved;
     _Atomic uint64_t seq;    /* even: stable, odd: being written */
     _Atomic uint64_t v[XSF_COUNT];
     uint64_t pad[(64 - (16 + 8 * XSF_COUNT) % 64) % 64 / 8];
+    xseg_shm_tag_row tags[XSEG_SHM_TAGS]; /* row t: tag t */
 } xseg_shm_record;
 
 typedef struct xseg_shm_header {
@@ -126,11 +164,14 @@ typedef struct xseg_shm_header {
     _Atomic uint32_t dropped; /* allocators that found no free slot */
     uint32_t reserved;
     char comm[64];         /* program name */
-    uint64_t pad[9];
+    uint32_t tag_rows;     /* tag rows per record (XSEG_SHM_TAGS) */
+    uint32_t tag_fields;   /* fields per tag row (XST_COUNT) */
+    uint64_t pad[8];
 } xseg_shm_header;
 
 _Static_assert(sizeof(xseg_shm_header) == 192, "header layout");
 _Static_assert(sizeof(xseg_shm_record) % 64 == 0, "records are cache-line sized");
+_Static_assert(offsetof(xseg_shm_record, tags) % 64 == 0, "tag rows start a cache line");
 
 #define XSEG_SHM_FILE_SIZE \
     (sizeof(xseg_shm_header) + XSEG_SHM_SLOTS * sizeof(xseg_shm_record))
@@ -148,7 +189,8 @@ static inline int xseg_shm_valid(const void *base, size_t len)
     if (len < sizeof *h || h->magic != XSEG_SHM_MAGIC || h->version != XSEG_SHM_VERSION)
         return 0;
     if (h->record_size < sizeof(xseg_shm_record) || h->header_size < sizeof *h ||
-        h->nfields < XSF_COUNT || h->nslots > 4096)
+        h->nfields < XSF_COUNT || h->nslots > 4096 || h->tag_rows != XSEG_SHM_TAGS ||
+        h->tag_fields != XST_COUNT)
         return 0;
     return (size_t)h->header_size + (size_t)h->nslots * h->record_size <= len;
 }
@@ -220,6 +262,75 @@ static inline void xseg_shm_to_stats(const uint64_t v[XSF_COUNT], xseg_stats *st
     st->version = XSEG_STATS_VERSION;
     st->device = (int32_t)(int64_t)v[XSF_DEVICE];
     xseg_shm_stats_copy(copy, st, 1);
+}
+
+/* Copy one tag's numbers between a tag row's fields and an xseg_tag_stats:
+ * to_stats 1 fills s from v (s is cleared first, its size set); 0 fills v
+ * from s (XST_USED is the caller's).  Made from tag_fields.h's list. */
+static inline void xseg_shm_tag_copy(uint64_t v[XST_COUNT], xseg_tag_stats *s, int to_stats)
+{
+    enum { K_U32, K_I32, K_NAME, K_MODE, K_COUNTER, K_GAUGE, K_MONO };
+#define XSEG_SHM_TMAP(kind, f, json, row, proms) \
+    {offsetof(xseg_tag_stats, f), row, K_##kind, XSEG_TF_WORDS_##kind},
+    static const struct { size_t off; int f; int kind; unsigned n; } map[] = {
+        XSEG_TAG_FIELDS(XSEG_SHM_TMAP, XSEG_TF_NOTHING)};
+#undef XSEG_SHM_TMAP
+    if (to_stats) {
+        memset(s, 0, sizeof *s);
+        s->size = sizeof *s;
+    }
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
+        char *p = (char *)s + map[i].off;
+        if (map[i].f < 0)
+            continue;
+        if (map[i].kind == K_I32 || map[i].kind == K_MODE) { /* an int32_t in a word */
+            int32_t x;
+            if (to_stats) {
+                x = (int32_t)(int64_t)v[map[i].f];
+                memcpy(p, &x, sizeof x);
+            } else {
+                memcpy(&x, p, sizeof x);
+                v[map[i].f] = (uint64_t)(int64_t)x;
+            }
+        } else if (to_stats) {
+            memcpy(p, &v[map[i].f], 8u * map[i].n);
+        } else {
+            memcpy(&v[map[i].f], p, 8u * map[i].n);
+        }
+    }
+    if (to_stats)
+        s->name[XSEG_TAG_NAME_MAX - 1] = '\0';
+}
+
+/* Copy the used tag rows of a record into out (row order), without
+ * blocking their writers: returns how many; a row met mid-write on every
+ * try is left out and counted in *busy (may be NULL). */
+static inline size_t xseg_shm_read_tags(xseg_shm_record *r, xseg_tag_stats out[XSEG_SHM_TAGS],
+                                        unsigned tries, unsigned *busy)
+{
+    size_t n = 0;
+    for (unsigned t = 0; t < XSEG_SHM_TAGS; t++) {
+        xseg_shm_tag_row *row = &r->tags[t];
+        uint64_t v[XST_COUNT];
+        int ok = 0;
+        for (unsigned k = 0; k < tries && !ok; k++) {
+            uint64_t s1 = atomic_load_explicit(&row->seq, memory_order_acquire);
+            if (s1 & 1)
+                continue;
+            for (unsigned i = 0; i < XST_COUNT; i++)
+                v[i] = atomic_load_explicit(&row->v[i], memory_order_relaxed);
+            atomic_thread_fence(memory_order_acquire);
+            ok = atomic_load_explicit(&row->seq, memory_order_relaxed) == s1;
+        }
+        if (!ok) {
+            if (busy)
+                (*busy)++;
+            continue;
+        }
+        if (v[XST_USED] == 1)
+            xseg_shm_tag_copy(v, &out[n++], 1);
+    }
+    return n;
 }
 
 /* Start time of a process (field 22 of /proc/<pid>/stat, clock ticks after

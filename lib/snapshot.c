@@ -1,8 +1,11 @@
 /* snapshot.c: JSON dump of the allocator's memory layout: the segment with
  * its mapped and unmapped ranges and its physical handles, and every block
  * in address order (address, size, requested size, state, stream; slabs
- * with their live slots).  Walks everything under the lock: for debugging
- * and pictures (tools/xseg-viz), not for the hot path. */
+ * with their live slots).  An allocator with tags has one segment per tag
+ * allocator of its family (its own first, as tag 0), each segment and
+ * block naming its tag; the totals are the family's.  Walks everything
+ * under the locks (the parent's, then each tag's, the one order allowed):
+ * for debugging and pictures (tools/xseg-viz), not for the hot path. */
 #include <stdio.h>
 
 #include "bitmap.h"
@@ -88,7 +91,7 @@ static void render_slots(xtb *b, const xslab *sl)
     xtb_put(b, "]");
 }
 
-static void render_block(xtb *b, const xseg_t *xs, const xblock *k, const char *sep)
+static void render_block(xtb *b, const xseg_t *xs, const xblock *k, const char *sep, int tag)
 {
     const char *state = state_of(xs, k);
     const xstream *s = k->slab ? k->slab->owner : k->owner;
@@ -99,36 +102,77 @@ static void render_block(xtb *b, const xseg_t *xs, const xblock *k, const char *
         xtb_put(b, "%llu", (ull)(uintptr_t)s->handle);
     else
         xtb_put(b, "null");
-    xtb_put(b, ",\"mapped\":%llu", (ull)block_mapped(&xs->arena, k->addr, k->addr + k->size));
+    xtb_put(b, ",\"mapped\":%llu,\"tag\":%d",
+            (ull)block_mapped(&xs->arena, k->addr, k->addr + k->size), tag);
     if (k->flags & XB_SLAB)
         render_slots(b, k->slab);
     xtb_put(b, "}");
 }
 
-static void render(xtb *b, xseg_t *xs)
+/* An allocator of the family and its tag. */
+typedef struct member {
+    xseg_t *xs;
+    int tag;
+} member;
+
+/* xs (tag 0) and the allocators of its tags, tag order; the count. */
+static size_t family_of(xseg_t *xs, member m[XSEG_MAX_TAGS])
 {
+    size_t n = 0;
+    m[n++] = (member){xs, 0};
+    for (int t = 1; t < XSEG_MAX_TAGS; t++) {
+        xseg_t *c = atomic_load_explicit(&xs->tags[t], memory_order_acquire);
+        if (c)
+            m[n++] = (member){c, t};
+    }
+    return n;
+}
+
+static void render_segment(xtb *b, const member *m, const char *sep)
+{
+    const xseg_t *xs = m->xs;
     const xarena *ar = &xs->arena;
-    uint64_t cached = xs->mapped.cur > xs->allocated.cur ? xs->mapped.cur - xs->allocated.cur : 0;
+    const char *name = xseg_tag_name(m->tag);
+    xtb_put(b, "%s{\"base\":%llu,\"size\":%llu,\"mapped_bytes\":%llu,\"tag\":%d,"
+            "\"tag_name\":\"%s\",\"asleep\":%d,\"allocated\":%llu,\"mapped\":[",
+            sep, (ull)ar->base, (ull)ar->size, (ull)xs->mapped.cur, m->tag, name ? name : "",
+            atomic_load(&xs->asleep), (ull)xs->allocated.cur);
+    render_runs(b, ar, 1);
+    xtb_put(b, "],\n\"unmapped\":[");
+    render_runs(b, ar, 0);
+    xtb_put(b, "],\n\"handles\":[\n");
+    render_handles(b, ar);
+    xtb_put(b, "],\n\"blocks\":[\n");
+    const char *bsep = "";
+    for (const xblock *k = xs->first_block; k; k = k->anext, bsep = ",\n")
+        render_block(b, xs, k, bsep, m->tag);
+    xtb_put(b, "]}");
+}
+
+static void render(xtb *b, const member *m, size_t n)
+{
+    const xseg_t *xs = m[0].xs;
+    uint64_t alloc = 0, req = 0, active = 0, mapped = 0, cached = 0;
+    for (size_t i = 0; i < n; i++) {
+        const xseg_t *c = m[i].xs;
+        alloc += c->allocated.cur;
+        req += c->requested.cur;
+        active += c->active.cur;
+        mapped += c->mapped.cur;
+        cached += c->mapped.cur > c->allocated.cur ? c->mapped.cur - c->allocated.cur : 0;
+    }
     xtb_put(b, "{\"version\":1,\"device\":%d,\"backend\":\"%s\",\"page_size\":%llu,"
             "\"allocated\":%llu,\"requested\":%llu,\"active\":%llu,\"mapped\":%llu,"
             "\"cached\":%llu,\"cap\":%llu,\"device_total\":%llu,\"segments\":[\n",
-         xs->device, xdrv_name(xs), (ull)ar->page, (ull)xs->allocated.cur,
-         (ull)xs->requested.cur, (ull)xs->active.cur, (ull)xs->mapped.cur, (ull)cached,
-         (ull)(xs->cap == SIZE_MAX ? 0 : xs->cap), (ull)xs->dev_total);
-    if (ar->base) {
-        xtb_put(b, "{\"base\":%llu,\"size\":%llu,\"mapped_bytes\":%llu,\"mapped\":[", (ull)ar->base,
-             (ull)ar->size, (ull)xs->mapped.cur);
-        render_runs(b, ar, 1);
-        xtb_put(b, "],\n\"unmapped\":[");
-        render_runs(b, ar, 0);
-        xtb_put(b, "],\n\"handles\":[\n");
-        render_handles(b, ar);
-        xtb_put(b, "],\n\"blocks\":[\n");
-        const char *sep = "";
-        for (const xblock *k = xs->first_block; k; k = k->anext, sep = ",\n")
-            render_block(b, xs, k, sep);
-        xtb_put(b, "]}");
-    }
+            xs->device, xdrv_name(xs), (ull)xs->arena.page, (ull)alloc, (ull)req, (ull)active,
+            (ull)mapped, (ull)cached, (ull)(xs->cap == SIZE_MAX ? 0 : xs->cap),
+            (ull)xs->dev_total);
+    const char *sep = "";
+    for (size_t i = 0; i < n; i++)
+        if (m[i].xs->arena.base) {
+            render_segment(b, &m[i], sep);
+            sep = ",\n";
+        }
     xtb_put(b, "]}");
 }
 
@@ -141,10 +185,15 @@ xseg_status xseg_snapshot_json(xseg_t *xs, char *buf, size_t cap, size_t *len)
     if (!buf && cap)
         return xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_snapshot_json: buf is NULL");
     xtb b = {buf, cap, 0};
-    xlock_lock(&xs->lock);
-    xtc_flush_all(xs); /* blocks held in thread caches are shown free */
-    render(&b, xs);
-    xlock_unlock(&xs->lock);
+    member m[XSEG_MAX_TAGS];
+    size_t n = family_of(xs->parent ? xs->parent : xs, m);
+    for (size_t i = 0; i < n; i++) { /* the parent first, then its tags */
+        xlock_lock(&m[i].xs->lock);
+        xtc_flush_all(m[i].xs); /* blocks held in thread caches are shown free */
+    }
+    render(&b, m, n);
+    for (size_t i = n; i-- > 0;)
+        xlock_unlock(&m[i].xs->lock);
     if (len)
         *len = b.len;
     if (b.len + 1 > cap)

@@ -1,9 +1,11 @@
 /* test_lists.c: the one lists (the stats fields of lib/stats_fields.h, the
- * conf keys of lib/conf.h) against what they must reach: docs/stats.md
- * names every stats field and driver op, docs/config.md documents every key
- * (a section and a row of the table), the JSON of xseg_stats_json has
- * exactly the listed keys, the Prometheus text every listed family with its
- * type and a sample.  The docs are read from $XSEG_LISTS_DOCS (a directory,
+ * tag fields of lib/tag_fields.h, the conf keys of lib/conf.h) against what
+ * they must reach: docs/stats.md names every stats and tag field and driver
+ * op, docs/config.md documents every key (a section and a row of the
+ * table), the JSON of xseg_stats_json has exactly the listed keys (and,
+ * with tags in use, a "tags" entry with every tag key), the Prometheus text
+ * every listed family with its type and a sample (the tag families with a
+ * `tag` label, only with tags in use).  The docs are read from $XSEG_LISTS_DOCS (a directory,
  * for trying a changed copy), else XSEG_SOURCE_DIR/docs. */
 #include <check.h>
 #include <stdio.h>
@@ -13,6 +15,7 @@
 #include "conf.h"
 #include "stats_fields.h"
 #include "support_common.h"
+#include "tag_fields.h"
 
 #define TEXT_MAX ((size_t)1 << 20)
 
@@ -196,6 +199,127 @@ START_TEST(test_prometheus_render_has_every_family)
 }
 END_TEST
 
+/* ---- the tag fields ----------------------------------------------------- */
+
+#define TAG_FIELD(kind, f, ...) #f,
+static const char *const tag_field_names[] = {XSEG_TAG_FIELDS(TAG_FIELD, XSEG_TF_NOTHING)};
+#define TAG_JSON(kind, f, json, ...) json,
+static const char *const tag_json_names[] = {XSEG_TAG_FIELDS(TAG_JSON, XSEG_TF_NOTHING)};
+#define TAG_FAMILY(member, style, type, name, help) {name, #type},
+static const family tag_families[XSEG_TAG_NFAMILIES] = {
+    XSEG_TAG_FIELDS(XSEG_TF_PROMS_, TAG_FAMILY)};
+#define NTAGFIELDS (sizeof tag_field_names / sizeof tag_field_names[0])
+
+START_TEST(test_stats_doc_names_every_tag_field)
+{
+    char *doc = read_doc("stats.md");
+    ck_assert_int_eq(NTAGFIELDS, XSEG_TAG_NFIELDS);
+    for (size_t i = 0; i < NTAGFIELDS; i++)
+        ck_assert_msg(names_code(doc, tag_field_names[i]),
+                      "docs/stats.md does not name the tag field `%s` (tag list entry %zu)",
+                      tag_field_names[i], i);
+    ck_assert_msg(strstr(doc, "`\"tags\"`") != NULL, "docs/stats.md does not name \"tags\"");
+    free(doc);
+}
+END_TEST
+
+/* The text of a renderer for an allocator with a tag in use. */
+static char *render_tagged(int prom)
+{
+    xseg_t *xs = t_host("host_capacity:1GB");
+    int tag;
+    void *p, *q;
+    ck_assert_int_eq(xseg_tag_id("lists_tag", &tag), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 3 * MiB, NULL, &p), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc_tagged(xs, 2 * MiB, NULL, tag, &q), XSEG_OK);
+    ck_assert_int_eq(xseg_sleep(xs, &tag, 1, XSEG_SLEEP_DISCARD), XSEG_OK);
+    char *buf = malloc(TEXT_MAX);
+    ck_assert_ptr_nonnull(buf);
+    size_t len = 0;
+    xseg_status st = prom ? xseg_stats_prometheus(xs, buf, TEXT_MAX, &len)
+                          : xseg_stats_json(xs, buf, TEXT_MAX, &len);
+    ck_assert_int_eq(st, XSEG_OK);
+    ck_assert_int_eq(xseg_destroy(xs), XSEG_OK);
+    return buf;
+}
+
+/* Every tag key, in both entries (default and lists_tag), and nothing
+ * else in an entry; the stats' own keys as without tags. */
+START_TEST(test_json_has_every_tag_key)
+{
+    char *j = render_tagged(0), key[128];
+    const char *tags = strstr(j, ",\"tags\":[{");
+    ck_assert_msg(tags != NULL, "no tags in %.300s", j);
+    size_t listed = 0;
+    for (size_t i = 0; i < NFIELDS; i++)
+        listed += json_names[i] != NULL;
+    ck_assert_msg(top_keys(j) == listed + 2, "the JSON has %zu keys, the list %zu, backend, tags",
+                  top_keys(j), listed);
+    const char *second = strstr(tags, "},{\"id\":");
+    ck_assert_msg(second != NULL, "one tag entry only: %s", tags);
+    size_t keys = 0;
+    for (size_t i = 0; i < NTAGFIELDS; i++) {
+        if (!tag_json_names[i])
+            continue;
+        keys++;
+        snprintf(key, sizeof key, "\"%s\":", tag_json_names[i]);
+        const char *a = strstr(tags, key), *b = strstr(second, key);
+        ck_assert_msg(a && a < second && b, "a tag entry has no %s: %s", key, tags);
+    }
+    char *first = strndup(tags + strlen(",\"tags\":["), (size_t)(second + 1 - tags) -
+                                                           strlen(",\"tags\":["));
+    ck_assert_uint_eq(top_keys(first), keys); /* the first entry: the listed keys alone */
+    free(first);
+    ck_assert_ptr_nonnull(strstr(tags, "\"name\":\"default\""));
+    ck_assert_ptr_nonnull(strstr(second, "\"name\":\"lists_tag\",\"asleep\":1,\"mode\":\"discard\""));
+    free(j);
+}
+END_TEST
+
+START_TEST(test_prometheus_has_every_tag_family)
+{
+    char *t = render_tagged(1), s[256];
+    for (size_t i = 0; i < XSEG_STATS_NFAMILIES; i++)
+        check_family(t, &families[i]);
+    for (size_t i = 0; i < XSEG_TAG_NFAMILIES; i++) {
+        check_family(t, &tag_families[i]);
+        snprintf(s, sizeof s, "\n%s{device=\"0\",tag=\"lists_tag\"} ", tag_families[i].name);
+        ck_assert_msg(strstr(t, s) != NULL, "no sample %s", s);
+        snprintf(s, sizeof s, "\n%s{device=\"0\",tag=\"default\"} ", tag_families[i].name);
+        ck_assert_msg(strstr(t, s) != NULL, "no sample %s", s);
+    }
+    ck_assert_uint_eq(count(t, "# TYPE "), XSEG_STATS_NFAMILIES + XSEG_TAG_NFAMILIES + 1);
+    free(t);
+}
+END_TEST
+
+/* xseg-top's text with tag rows: the same families with its labels. */
+START_TEST(test_prometheus_render_has_every_tag_family)
+{
+    xseg_stats st = {.size = sizeof st, .device = 2};
+    xseg_tag_stats tags[2] = {{.size = sizeof tags[0], .tag = 0, .name = "default"},
+                              {.size = sizeof tags[0], .tag = 5, .name = "kv"}};
+    const xseg_tag_stats *per[] = {tags};
+    size_t ntags[] = {2};
+    const char *names[] = {"pid"}, *values[] = {"7"};
+    xseg_prom_source src = {&st, "host", NULL, 1, names, values};
+    char *t = malloc(TEXT_MAX), s[256];
+    ck_assert_ptr_nonnull(t);
+    size_t len;
+    ck_assert_int_eq(xseg_prom_render_tags(&src, per, ntags, 1, t, TEXT_MAX, &len), XSEG_OK);
+    for (size_t i = 0; i < XSEG_TAG_NFAMILIES; i++) {
+        check_family(t, &tag_families[i]);
+        snprintf(s, sizeof s, "\n%s{pid=\"7\",device=\"2\",tag=\"kv\"} ", tag_families[i].name);
+        ck_assert_msg(strstr(t, s) != NULL, "no labelled sample %s", s);
+    }
+    ck_assert_uint_eq(count(t, "# TYPE "), XSEG_STATS_NFAMILIES + XSEG_TAG_NFAMILIES + 1);
+    /* without tags: none of their families */
+    ck_assert_int_eq(xseg_prom_render_tags(&src, NULL, NULL, 1, t, TEXT_MAX, &len), XSEG_OK);
+    ck_assert_ptr_null(strstr(t, "xseg_tag_"));
+    free(t);
+}
+END_TEST
+
 /* ---- the conf keys ----------------------------------------------------- */
 
 #define KEY_NAME(key, ...) #key,
@@ -240,6 +364,10 @@ static Suite *lists_suite(void)
     tcase_add_test(t, test_json_has_every_field);
     tcase_add_test(t, test_prometheus_has_every_family);
     tcase_add_test(t, test_prometheus_render_has_every_family);
+    tcase_add_test(t, test_stats_doc_names_every_tag_field);
+    tcase_add_test(t, test_json_has_every_tag_key);
+    tcase_add_test(t, test_prometheus_has_every_tag_family);
+    tcase_add_test(t, test_prometheus_render_has_every_tag_family);
     tcase_add_test(t, test_config_doc_names_every_key);
     tcase_add_test(t, test_every_key_is_parsed);
     suite_add_tcase(s, t);

@@ -2,7 +2,9 @@
  * line without outside tools: HELP and TYPE before each family's samples,
  * names and suffixes, the device label, values equal to the stats, the cap
  * as +Inf or bytes, buffer rules, and xseg_stats_prometheus_render (many
- * sources, extra labels escaped and made UTF-8, bad arguments refused).
+ * sources, extra labels escaped and made UTF-8, bad arguments refused),
+ * and the per-tag families (a `tag` label): absent without tags, then one
+ * sample per tag shown, equal to xseg_tag_stats_get, asleep or awake.
  * test_monitor_promparse.c runs real
  * Prometheus parsers on the same text. */
 #include <check.h>
@@ -254,6 +256,97 @@ START_TEST(t_render_sources)
 }
 END_TEST
 
+/* The tag families' samples of one tag against xseg_tag_stats_get. */
+static void check_tag(const char *text, xseg_t *xs, int tag, const char *name)
+{
+    xseg_tag_stats t = {.size = sizeof t};
+    ck_assert_int_eq(xseg_tag_stats_get(xs, tag, &t), XSEG_OK);
+    char series[160];
+    static const struct { const char *family; size_t off; } u64[] = {
+        {"xseg_tag_live_bytes", offsetof(xseg_tag_stats, live_bytes.current)},
+        {"xseg_tag_live_peak_bytes", offsetof(xseg_tag_stats, live_bytes.peak)},
+        {"xseg_tag_mapped_bytes", offsetof(xseg_tag_stats, mapped_bytes.current)},
+        {"xseg_tag_mapped_peak_bytes", offsetof(xseg_tag_stats, mapped_bytes.peak)},
+        {"xseg_tag_sleeping_bytes", offsetof(xseg_tag_stats, sleeping_bytes)},
+        {"xseg_tag_backup_bytes", offsetof(xseg_tag_stats, backup_bytes)},
+        {"xseg_tag_sleeps_total", offsetof(xseg_tag_stats, sleeps)},
+        {"xseg_tag_wakes_total", offsetof(xseg_tag_stats, wakes)},
+    };
+    for (size_t i = 0; i < sizeof u64 / sizeof u64[0]; i++) {
+        snprintf(series, sizeof series, "%s{device=\"0\",tag=\"%s\"}", u64[i].family, name);
+        uint64_t want;
+        memcpy(&want, (const char *)&t + u64[i].off, sizeof want);
+        ck_assert_msg(value(text, series) == want, "%s: %llu, xseg_tag_stats_get %llu", series,
+                      value(text, series), (unsigned long long)want);
+    }
+    snprintf(series, sizeof series, "xseg_tag_asleep{device=\"0\",tag=\"%s\"}", name);
+    ck_assert_uint_eq(value(text, series), (unsigned long long)t.asleep);
+    snprintf(series, sizeof series, "xseg_tag_last_sleep_seconds{device=\"0\",tag=\"%s\"}",
+             name);
+    ck_assert(strtod(sample(text, series), NULL) * 1e9 > (double)t.last_sleep_ns - 1.0 &&
+              strtod(sample(text, series), NULL) * 1e9 < (double)t.last_sleep_ns + 1.0);
+}
+
+/* Tag families: none while no tag but the default is used (a registered,
+ * unused tag included); then default and each tag in use, asleep or not. */
+START_TEST(t_tags)
+{
+    xseg_t *xs = make("backend:host,host_capacity:256MB");
+    int w, kv, unused;
+    ck_assert_int_eq(xseg_tag_id("prom_w", &w), XSEG_OK);
+    ck_assert_int_eq(xseg_tag_id("prom_kv", &kv), XSEG_OK);
+    ck_assert_int_eq(xseg_tag_id("prom_unused", &unused), XSEG_OK);
+    void *d, *a, *b, *c;
+    ck_assert_int_eq(xseg_alloc(xs, 1 * MIB, NULL, &d), XSEG_OK);
+    char *text = render(xs);
+    ck_assert_ptr_null(strstr(text, "xseg_tag_"));
+    free(text);
+    ck_assert_int_eq(xseg_alloc_tagged(xs, 5 * MIB, NULL, w, &a), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc_tagged(xs, 3 * MIB, NULL, kv, &b), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc_tagged(xs, 2 * MIB, NULL, kv, &c), XSEG_OK);
+    ck_assert_int_eq(xseg_sleep(xs, &w, 1, XSEG_SLEEP_BACKUP), XSEG_OK);
+    text = render(xs);
+    check_structure(text);
+    check_tag(text, xs, 0, "default");
+    check_tag(text, xs, w, "prom_w");
+    check_tag(text, xs, kv, "prom_kv");
+    ck_assert_uint_eq(value(text, "xseg_tag_asleep{device=\"0\",tag=\"prom_w\"}"), 1);
+    ck_assert_uint_eq(value(text, "xseg_tag_sleeping_bytes{device=\"0\",tag=\"prom_w\"}"),
+                      5 * MIB);
+    ck_assert_uint_eq(value(text, "xseg_tag_backup_bytes{device=\"0\",tag=\"prom_w\"}"),
+                      5 * MIB);
+    ck_assert_uint_eq(value(text, "xseg_tag_mapped_bytes{device=\"0\",tag=\"prom_w\"}"), 0);
+    ck_assert_uint_eq(value(text, "xseg_tag_live_bytes{device=\"0\",tag=\"prom_kv\"}"), 5 * MIB);
+    ck_assert_uint_eq(value(text, "xseg_tag_live_peak_bytes{device=\"0\",tag=\"prom_kv\"}"),
+                      5 * MIB);
+    ck_assert_uint_ge(value(text, "xseg_tag_mapped_bytes{device=\"0\",tag=\"prom_kv\"}"),
+                      6 * MIB);
+    ck_assert_uint_eq(value(text, "xseg_tag_asleep{device=\"0\",tag=\"prom_kv\"}"), 0);
+    ck_assert_uint_eq(value(text, "xseg_tag_live_bytes{device=\"0\",tag=\"default\"}"), MIB);
+    ck_assert_ptr_null(strstr(text, "prom_unused"));
+    ck_assert_uint_eq(count(text, "\nxseg_tag_live_bytes{"), 3);
+    ck_assert_uint_eq(count(text, "# TYPE xseg_tag_"), 11);
+    free(text);
+    ck_assert_int_eq(xseg_wake(xs, &w, 1), XSEG_OK);
+    text = render(xs);
+    check_tag(text, xs, w, "prom_w");
+    ck_assert_uint_eq(value(text, "xseg_tag_asleep{device=\"0\",tag=\"prom_w\"}"), 0);
+    ck_assert_uint_eq(value(text, "xseg_tag_wakes_total{device=\"0\",tag=\"prom_w\"}"), 1);
+    ck_assert_uint_eq(value(text, "xseg_tag_sleeping_bytes{device=\"0\",tag=\"prom_w\"}"), 0);
+    ck_assert_uint_eq(value(text, "xseg_tag_mapped_bytes{device=\"0\",tag=\"prom_w\"}"),
+                      6 * MIB);
+    free(text);
+    /* the tag label is the library's: a source may not bring its own */
+    xseg_stats st = {.size = sizeof st};
+    const char *names[] = {"tag"}, *values[] = {"x"};
+    xseg_prom_source src = {&st, "host", NULL, 1, names, values};
+    char buf[64];
+    ck_assert_int_eq(xseg_stats_prometheus_render(&src, 1, buf, sizeof buf, NULL),
+                     XSEG_ERR_INVALID_ARG);
+    xseg_destroy(xs);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("monitor_prom");
@@ -263,6 +356,7 @@ static Suite *suite(void)
     tcase_add_test(tc, t_every_op);
     tcase_add_test(tc, t_buffer_rules);
     tcase_add_test(tc, t_render_sources);
+    tcase_add_test(tc, t_tags);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -2,8 +2,9 @@
  * and of `xseg-top --prometheus` read by real parsers: `promtool check
  * metrics` (Debian package prometheus) and the text parser of
  * prometheus_client (python3-prometheus-client), each where installed:
- * also a process name that is not UTF-8, and xseg-top's families and HELP
- * lines against the library's.
+ * also a process name that is not UTF-8, xseg-top's families and HELP
+ * lines against the library's, and the tag families (a `tag` label) of
+ * both for an allocator with a tag asleep.
  * With neither, the whole test is skipped (exit status 77). */
 #include <check.h>
 #include <errno.h>
@@ -13,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tag_fields.h"
 #include "xseg.h"
 
 #define MIB ((size_t)1 << 20)
@@ -169,6 +171,47 @@ START_TEST(t_top_text)
 }
 END_TEST
 
+/* Tags in use, one asleep: the library's and xseg-top's texts parse, with
+ * the tag families' samples. */
+START_TEST(t_tagged_text)
+{
+    char dir[128], path[256], cmd[1024], series[256];
+    snprintf(dir, sizeof dir, "/tmp/xseg-promparse-dir.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    setenv("XSEG_SHM_DIR", dir, 1);
+    xseg_t *xs = NULL;
+    ck_assert_int_eq(xseg_create(&xs, 0, "backend:host,host_capacity:256MB,stats_shm:on"), XSEG_OK);
+    int w;
+    ck_assert_int_eq(xseg_tag_id("pp_w", &w), XSEG_OK);
+    xseg_shm_tag_name(w, "pp_w"); /* what tags.c's registration is to do (tag_fields.h) */
+    void *p, *q;
+    ck_assert_int_eq(xseg_alloc_tagged(xs, 4 * MIB, NULL, w, &p), XSEG_OK);
+    ck_assert_int_eq(xseg_sleep(xs, &w, 1, XSEG_SLEEP_BACKUP), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, MIB, NULL, &q), XSEG_OK); /* publishes the tag rows */
+    tmp_path(path, sizeof path, "tags.prom");
+    char *text = render(xs);
+    write_file(path, text);
+    check_promtool(path);
+    check_python(path, "xseg_tag_sleeping_bytes{device=\"0\",tag=\"pp_w\"}", 4 * MIB, 40);
+    check_python(path, "xseg_tag_asleep{device=\"0\",tag=\"pp_w\"}", 1, 40);
+    check_python(path, "xseg_tag_live_bytes{device=\"0\",tag=\"default\"}", MIB, 40);
+    remove_files(path);
+    free(text);
+    if (access(TOP, X_OK) == 0) {
+        snprintf(cmd, sizeof cmd, TOP " --prometheus --dir '%s' -o '%s'", dir, path);
+        ck_assert_int_eq(run(cmd), 0);
+        check_promtool(path);
+        snprintf(series, sizeof series,
+                 "xseg_tag_backup_bytes{device=\"0\",pid=\"%d\",process=\"test_monitor_promparse\","
+                 "slot=\"0\",tag=\"pp_w\"}", (int)getpid());
+        check_python(path, series, 4 * MIB, 40);
+        remove_files(path);
+    }
+    xseg_destroy(xs);
+    rmdir(dir);
+}
+END_TEST
+
 /* Parses argv[1] (as UTF-8: a bad byte fails), finds the series of pid
  * argv[2] and checks its process label equals the UTF-8 of hex argv[3],
  * and that both texts have the same families and HELP lines (argv[4], the
@@ -262,6 +305,7 @@ int main(void)
     tcase_add_test(tc, t_library_text);
     tcase_add_test(tc, t_top_text);
     tcase_add_test(tc, t_top_text_not_utf8);
+    tcase_add_test(tc, t_tagged_text);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

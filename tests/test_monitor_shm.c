@@ -4,7 +4,9 @@
  * another process without torn records, removal of dead processes'
  * files, and `xseg-top --prometheus` equal to the library's text (same
  * families, HELP lines and values) and valid UTF-8 whatever the process
- * name. */
+ * name; the tag rows (version 5): published once a tag is in use, equal to
+ * xseg_tag_stats_get, a sleeping tag shown asleep, and xseg-top's tag
+ * table, "tags" and tag families (the library's tag samples). */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -771,6 +773,137 @@ START_TEST(t_prom_label_not_utf8)
 }
 END_TEST
 
+/* ---- tag rows (format version 5) ---- */
+
+static size_t read_tags(view *v, xseg_tag_stats out[XSEG_SHM_TAGS])
+{
+    const xseg_shm_header *h = v->base;
+    unsigned busy = 0;
+    size_t n = xseg_shm_read_tags(xseg_shm_slot(v->base, h, 0), out, 1000, &busy);
+    ck_assert_uint_eq(busy, 0);
+    return n;
+}
+
+/* A row holds what xseg_tag_stats_get gives for its tag. */
+static void same_as_library(xseg_t *xs, const xseg_tag_stats *row)
+{
+    xseg_tag_stats t = {.size = sizeof t};
+    ck_assert_int_eq(xseg_tag_stats_get(xs, row->tag, &t), XSEG_OK);
+    ck_assert_str_eq(row->name, t.name);
+    ck_assert_int_eq(row->asleep, t.asleep);
+    ck_assert_int_eq(row->mode, t.mode);
+    ck_assert_uint_eq(row->live_bytes.current, t.live_bytes.current);
+    ck_assert_uint_eq(row->mapped_bytes.current, t.mapped_bytes.current);
+    ck_assert_uint_eq(row->sleeping_bytes, t.sleeping_bytes);
+    ck_assert_uint_eq(row->backup_bytes, t.backup_bytes);
+    ck_assert_msg(memcmp(row, &t, sizeof t) == 0, "tag %d (%s): the row differs from "
+                  "xseg_tag_stats_get", row->tag, t.name);
+}
+
+static int named_tag(const char *name)
+{
+    int t;
+    ck_assert_int_eq(xseg_tag_id(name, &t), XSEG_OK);
+    xseg_shm_tag_name(t, name); /* what tags.c's registration is to do (tag_fields.h) */
+    return t;
+}
+
+/* xseg-top --prometheus's tag families (HELP, TYPE and samples) equal the
+ * library's, less pid/process/slot. */
+static void compare_tags_with_top(xseg_t *xs)
+{
+    char cmd[512], strip[256];
+    snprintf(cmd, sizeof cmd, TOP " --prometheus --dir '%s'", g_dir);
+    char *top = slurp_cmd(cmd), *lib = library_text(xs);
+    snprintf(strip, sizeof strip, "pid=\"%d\",process=\"%s\",slot=\"0\",", (int)getpid(),
+             program_invocation_short_name);
+    static const char *const prefix[] = {"# HELP xseg_tag_", "# TYPE xseg_tag_", "xseg_tag_"};
+    for (int i = 0; i < 3; i++) {
+        char **la, **ta;
+        int nl = lines_of(lib, prefix[i], NULL, &la), nt = lines_of(top, prefix[i], strip, &ta);
+        ck_assert_int_ge(nl, 11);
+        same_lines(la, nl, ta, nt, prefix[i], NULL);
+        free_lines(la, nl);
+        free_lines(ta, nt);
+    }
+    free(lib);
+    free(top);
+}
+
+START_TEST(t_tag_rows)
+{
+    xseg_t *xs = make(CONF);
+    int w = named_tag("shm_w"), kv = named_tag("shm_kv");
+    view v = open_view(getpid());
+    xseg_tag_stats rows[XSEG_SHM_TAGS];
+    void *d, *e, *a, *b;
+    ck_assert_int_eq(xseg_alloc(xs, MIB, NULL, &d), XSEG_OK);
+    ck_assert_uint_eq(read_tags(&v, rows), 0); /* no tag in use: no rows */
+    ck_assert_int_eq(xseg_alloc_tagged(xs, 5 * MIB, NULL, w, &a), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc_tagged(xs, 3 * MIB, NULL, kv, &b), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 3 * MIB, NULL, &e), XSEG_OK); /* the parent publishes */
+    ck_assert_uint_eq(read_tags(&v, rows), 3);
+    ck_assert_int_eq(rows[0].tag, 0);
+    ck_assert_str_eq(rows[0].name, "default");
+    ck_assert_int_eq(rows[1].tag, w);
+    ck_assert_int_eq(rows[2].tag, kv);
+    ck_assert_uint_eq(rows[0].live_bytes.current, 4 * MIB);
+    ck_assert_uint_eq(rows[1].live_bytes.current, 5 * MIB);
+    ck_assert_uint_eq(rows[2].live_bytes.current, 3 * MIB);
+    for (int i = 0; i < 3; i++)
+        same_as_library(xs, &rows[i]);
+    /* w sleeps; the parent's next update (the family's mapped bytes fell)
+     * copies the rows */
+    ck_assert_int_eq(xseg_sleep(xs, &w, 1, XSEG_SLEEP_BACKUP), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, e), XSEG_OK);
+    ck_assert_uint_eq(read_tags(&v, rows), 3);
+    ck_assert_int_eq(rows[1].asleep, 1);
+    ck_assert_int_eq(rows[1].mode, XSEG_SLEEP_BACKUP);
+    ck_assert_uint_eq(rows[1].sleeping_bytes, 5 * MIB);
+    ck_assert_uint_eq(rows[1].backup_bytes, 5 * MIB);
+    ck_assert_uint_eq(rows[1].mapped_bytes.current, 0);
+    ck_assert_uint_eq(rows[1].sleeps, 1);
+    ck_assert_int_eq(rows[2].asleep, 0);
+    ck_assert_uint_eq(rows[0].live_bytes.current, MIB); /* tag 0's row: every update */
+    for (int i = 0; i < 3; i++)
+        same_as_library(xs, &rows[i]);
+    if (access(TOP, X_OK) == 0) {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, TOP " --once --dir '%s'", g_dir);
+        char *out = slurp_cmd(cmd);
+        ck_assert_msg(strstr(out, "shm_w") && strstr(out, "asleep (backup)") &&
+                          strstr(out, "shm_kv") && strstr(out, "awake"),
+                      "xseg-top: %s", out);
+        ck_assert_msg(strstr(out, "live 9.00M"), "the summary counts every tag: %s", out);
+        free(out);
+        snprintf(cmd, sizeof cmd, TOP " --once --json --dir '%s'", g_dir);
+        out = slurp_cmd(cmd);
+        ck_assert_msg(strstr(out, ",\"tags\":[{\"id\":0,\"name\":\"default\",\"asleep\":0,") &&
+                          strstr(out, "\"name\":\"shm_w\",\"asleep\":1,\"mode\":\"backup\","),
+                      "xseg-top --json: %s", out);
+        free(out);
+        compare_tags_with_top(xs);
+    }
+    /* awake again */
+    ck_assert_int_eq(xseg_wake(xs, &w, 1), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, MIB, NULL, &e), XSEG_OK);
+    ck_assert_uint_eq(read_tags(&v, rows), 3);
+    ck_assert_int_eq(rows[1].asleep, 0);
+    ck_assert_uint_eq(rows[1].wakes, 1);
+    ck_assert_uint_eq(rows[1].sleeping_bytes, 0);
+    ck_assert_uint_eq(rows[1].mapped_bytes.current, 6 * MIB);
+    same_as_library(xs, &rows[1]);
+    xseg_destroy(xs);
+    /* a new allocator in the same slot starts without rows */
+    xs = make(CONF);
+    close_view(&v);
+    v = open_view(getpid());
+    ck_assert_uint_eq(read_tags(&v, rows), 0);
+    close_view(&v);
+    xseg_destroy(xs);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("monitor_shm");
@@ -789,6 +922,7 @@ static Suite *suite(void)
     tcase_add_test(tc, t_stale_cleanup);
     tcase_add_test(tc, t_prom_same_as_library);
     tcase_add_test(tc, t_prom_label_not_utf8);
+    tcase_add_test(tc, t_tag_rows);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,7 +1,9 @@
 /* test_monitor_snapshot.c: xseg_snapshot_json (lib/snapshot.c): the blocks
  * tile the segment in address order; states, sizes, requested sizes and
  * streams are right; mapped and unmapped ranges and handles account for
- * every mapped byte; slabs list their live slots; buffer rules. */
+ * every mapped byte; slabs list their live slots; buffer rules; with tags,
+ * a segment per tag allocator, each block naming its tag, a sleeping
+ * tag's segment unmapped under its live blocks, the totals the family's. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,9 +97,11 @@ static snap get(xseg_t *xs)
     s.handle_bytes = sum_handles(s.json);
     const char *blocks = strstr(s.json, "\"blocks\":[");
     ck_assert_ptr_nonnull(blocks);
+    const char *end = strstr(blocks, "}]}"); /* the first segment's blocks only */
     size_t cap = 16;
     s.b = malloc(cap * sizeof *s.b);
-    for (const char *p = strstr(blocks, "\n{\"addr\":"); p; p = strstr(p + 1, "\n{\"addr\":")) {
+    for (const char *p = strstr(blocks, "\n{\"addr\":"); p && p < end;
+         p = strstr(p + 1, "\n{\"addr\":")) {
         if (s.n == cap)
             s.b = realloc(s.b, (cap *= 2) * sizeof *s.b);
         parse_block(p + 1, &s.b[s.n++]);
@@ -142,6 +146,24 @@ static void check_tiling(const snap *s, xseg_t *xs)
     ck_assert_uint_eq(num(s->json, "\"allocated\":"), st.allocated_bytes.current);
     ck_assert_uint_eq(num(s->json, "\"mapped\":"), st.mapped_bytes.current);
     ck_assert_uint_eq(mapped, st.mapped_bytes.current); /* each mapped byte in one block */
+}
+
+/* The first segment (get() parses its blocks) tiles and accounts for its
+ * own mapped bytes, its "mapped_bytes", as check_tiling does for a lone one. */
+static void check_tiling_own(const snap *s)
+{
+    const char *seg = strstr(s->json, "{\"base\":");
+    ull own = num(seg, "\"mapped_bytes\":"), sum = 0, mapped = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        if (i)
+            ck_assert_uint_eq(s->b[i].addr, s->b[i - 1].addr + s->b[i - 1].size);
+        sum += s->b[i].size;
+        mapped += s->b[i].mapped;
+    }
+    ck_assert_uint_eq(sum, s->size);
+    ck_assert_uint_eq(s->mapped_runs, own);
+    ck_assert_uint_eq(s->mapped_runs + s->unmapped_runs, s->size);
+    ck_assert_uint_eq(mapped, own);
 }
 
 START_TEST(t_fresh)
@@ -230,6 +252,67 @@ START_TEST(t_after_trim)
 }
 END_TEST
 
+/* The segment of tag `tag` in a snapshot, or NULL. */
+static const char *segment_of(const char *json, int tag)
+{
+    char key[64];
+    snprintf(key, sizeof key, ",\"tag\":%d,\"tag_name\":", tag);
+    for (const char *p = strstr(json, "{\"base\":"); p; p = strstr(p + 1, "{\"base\":")) {
+        const char *next = strstr(p + 1, "{\"base\":"), *k = strstr(p, key);
+        if (k && (!next || k < next))
+            return p;
+    }
+    return NULL;
+}
+
+START_TEST(t_tags)
+{
+    xseg_t *xs = make("backend:host,host_capacity:256MB");
+    int w, kv;
+    ck_assert_int_eq(xseg_tag_id("snap_w", &w), XSEG_OK);
+    ck_assert_int_eq(xseg_tag_id("snap_kv", &kv), XSEG_OK);
+    void *d, *a, *b;
+    ck_assert_int_eq(xseg_alloc(xs, 3 * MIB, NULL, &d), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc_tagged(xs, 5 * MIB, NULL, w, &a), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc_tagged(xs, 2 * MIB, NULL, kv, &b), XSEG_OK);
+    ck_assert_int_eq(xseg_sleep(xs, &w, 1, XSEG_SLEEP_DISCARD), XSEG_OK);
+    snap s = get(xs); /* parses the first segment: the parent's, tag 0 */
+    check_tiling_own(&s);
+    xseg_stats st = {.size = sizeof st};
+    ck_assert_int_eq(xseg_get_stats(xs, &st), XSEG_OK);
+    ck_assert_uint_eq(num(s.json, "\"allocated\":"), st.allocated_bytes.current);
+    ck_assert_uint_eq(num(s.json, "\"mapped\":"), st.mapped_bytes.current);
+    ck_assert_uint_eq(num(s.json, "\"active\":"), 3);
+    const char *s0 = segment_of(s.json, 0), *sw = segment_of(s.json, w),
+               *skv = segment_of(s.json, kv);
+    ck_assert_msg(s0 && sw && skv, "a segment per tag: %.600s", s.json);
+    ck_assert_ptr_eq(s0, strstr(s.json, "{\"base\":"));
+    ck_assert_ptr_nonnull(strstr(s0, "\"tag_name\":\"default\",\"asleep\":0,\"allocated\":3145728,"));
+    ck_assert_ptr_nonnull(strstr(sw, "\"tag_name\":\"snap_w\",\"asleep\":1,\"allocated\":5242880,"
+                                     "\"mapped\":[],"));
+    ck_assert_ptr_nonnull(strstr(skv, "\"tag_name\":\"snap_kv\",\"asleep\":0,"));
+    ck_assert_uint_eq(num(sw, "\"mapped_bytes\":"), 0);
+    ck_assert_uint_ge(num(skv, "\"mapped_bytes\":"), 2 * MIB);
+    /* each block names its tag; w's live block is unmapped while asleep */
+    char want[160];
+    snprintf(want, sizeof want, "{\"addr\":%llu,\"size\":5242880,\"requested\":5242880,"
+             "\"state\":\"allocated\",\"stream\":0,\"mapped\":0,\"tag\":%d}",
+             (ull)(uintptr_t)a, w);
+    ck_assert_msg(strstr(sw, want) != NULL, "no %s in %.400s", want, sw);
+    snprintf(want, sizeof want, "{\"addr\":%llu,\"size\":2097152,\"requested\":2097152,"
+             "\"state\":\"allocated\",\"stream\":0,\"mapped\":2097152,\"tag\":%d}",
+             (ull)(uintptr_t)b, kv);
+    ck_assert_msg(strstr(skv, want) != NULL, "no %s in %.400s", want, skv);
+    snprintf(want, sizeof want, "{\"addr\":%llu,", (ull)(uintptr_t)d);
+    const char *bd = strstr(s0, want);
+    ck_assert_ptr_nonnull(bd);
+    ck_assert_ptr_nonnull(strstr(bd, ",\"tag\":0}"));
+    ck_assert(strstr(bd, ",\"tag\":0}") < sw);
+    put(&s);
+    xseg_destroy(xs);
+}
+END_TEST
+
 START_TEST(t_buffer_rules)
 {
     xseg_t *xs = make("backend:host,host_capacity:64MB");
@@ -252,6 +335,7 @@ static Suite *suite(void)
     tcase_add_test(tc, t_blocks);
     tcase_add_test(tc, t_after_trim);
     tcase_add_test(tc, t_buffer_rules);
+    tcase_add_test(tc, t_tags);
     suite_add_tcase(s, tc);
     return s;
 }

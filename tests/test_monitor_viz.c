@@ -1,7 +1,8 @@
 /* test_monitor_viz.c: the JSON dumps (stats, snapshot, history, xseg-top
  * --json) read by a real JSON parser (python3's json), and tools/xseg-viz
  * rendering snapshots and histories: well-formed SVG (python3's XML
- * parser), one shape per block in use, the legend, the OOM marks; bad
+ * parser), one shape per block in use, the legend, the OOM marks, a
+ * segment per tag framed in its colour, a sleeping tag's blocks faded; bad
  * input ends with a one-line message, not a traceback.  Needs
  * python3; without it the whole test is skipped (exit status 77). */
 #include <check.h>
@@ -199,6 +200,47 @@ START_TEST(t_snapshot_picture)
 }
 END_TEST
 
+/* Tags: each tag's segment titled and framed, its blocks naming it, the
+ * sleeping tag's blocks faded; the JSON dumps name the tags. */
+START_TEST(t_snapshot_tags_picture)
+{
+    xseg_t *xs = NULL;
+    ck_assert_int_eq(xseg_create(&xs, 0, "backend:host,host_capacity:256MB"), XSEG_OK);
+    int w, kv;
+    ck_assert_int_eq(xseg_tag_id("viz_w", &w), XSEG_OK);
+    ck_assert_int_eq(xseg_tag_id("viz_kv", &kv), XSEG_OK);
+    void *p;
+    ck_assert_int_eq(xseg_alloc(xs, 3 * MIB, NULL, &p), XSEG_OK);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(xseg_alloc_tagged(xs, 4 * MIB, NULL, w, &p), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc_tagged(xs, 6 * MIB, NULL, kv, &p), XSEG_OK);
+    ck_assert_int_eq(xseg_sleep(xs, &w, 1, XSEG_SLEEP_DISCARD), XSEG_OK);
+    dump(xs, xseg_snapshot_json, "tsnap.json");
+    dump(xs, xseg_stats_json, "tstats.json");
+    json_true("tsnap.json", "[s[\"tag_name\"] for s in d[\"segments\"]] == "
+                            "[\"default\", \"viz_w\", \"viz_kv\"] and "
+                            "all(b[\"tag\"] == s[\"tag\"] for s in d[\"segments\"] "
+                            "for b in s[\"blocks\"])");
+    json_true("tstats.json", "[(t[\"name\"], t[\"asleep\"], t[\"sleeping_bytes\"]) for t in "
+                             "d[\"tags\"]] == [(\"default\", 0, 0), (\"viz_w\", 1, 12582912), "
+                             "(\"viz_kv\", 0, 0)]");
+    viz("snapshot", "tsnap.json", "tsnap.svg");
+    xml_ok("tsnap.svg");
+    char *svg = slurp("tsnap.svg");
+    ck_assert_ptr_nonnull(strstr(svg, ">tag viz_w (asleep): segment 0x"));
+    ck_assert_ptr_nonnull(strstr(svg, ">tag viz_kv: segment 0x"));
+    ck_assert_ptr_nonnull(strstr(svg, ">tag default: segment 0x"));
+    ck_assert_ptr_nonnull(strstr(svg, ">frame: tag viz_w<")); /* legend */
+    ck_assert_int_ge(count(svg, "stroke='#d1495b' stroke-width='2'"), 6); /* tag 1: 6 rows */
+    /* the three blocks of the sleeping tag, faded, titled with it */
+    ck_assert_int_ge(count(svg, ", tag viz_w (asleep: memory given back)</title>"), 3);
+    ck_assert_int_ge(count(svg, "fill-opacity='0.35'"), 3);
+    ck_assert_int_ge(count(svg, ", tag viz_kv</title>"), 1);
+    free(svg);
+    xseg_destroy(xs);
+}
+END_TEST
+
 START_TEST(t_history_picture)
 {
     xseg_t *xs = workload();
@@ -271,6 +313,7 @@ int main(void)
     tcase_add_test(tc, t_json_dumps_parse);
     tcase_add_test(tc, t_top_json_parses);
     tcase_add_test(tc, t_snapshot_picture);
+    tcase_add_test(tc, t_snapshot_tags_picture);
     tcase_add_test(tc, t_history_picture);
     tcase_add_test(tc, t_viz_bad_input);
     suite_add_tcase(s, tc);

@@ -1,6 +1,8 @@
 /* render_json.c: one xseg-top sample as JSON (--once --json), for scripts:
- * every process and its allocators with all published counters, and rates
- * when the sample had a previous one to compare with. */
+ * every process and its allocators with all published counters, their tags
+ * (the "tags" entries of xseg_stats_json, rendered by the library's own
+ * code) and rates when the sample had a previous one to compare with. */
+#include "textbuf.h"
 #include "top.h"
 #include "xseg.h"
 
@@ -68,6 +70,19 @@ static void rates(FILE *out, const top_alloc *a)
     fputs("}}", out);
 }
 
+/* "tags": the library's renderer (tag_fields.h); [] when none is shown. */
+static void tags(FILE *out, const top_alloc *a)
+{
+    char buf[XSEG_SHM_TAGS * 640];
+    xtb j = {buf, sizeof buf, 0};
+    xtags_json(&j, a->tags, a->ntags);
+    if (!a->ntags || j.len >= sizeof buf) /* the rows' names are bounded: never too long */
+        fputs(",\"tags\":[]", out);
+    else
+        fwrite(buf, 1, j.len, out);
+    fprintf(out, ",\"tags_busy\":%u", a->tags_busy);
+}
+
 static void allocator(FILE *out, const top_alloc *a)
 {
     char b[9];
@@ -76,6 +91,7 @@ static void allocator(FILE *out, const top_alloc *a)
     jstr(out, top_backend(a, b));
     fprintf(out, ",\"busy\":%s", a->busy ? "true" : "false");
     counters(out, a);
+    tags(out, a);
     rates(out, a);
     fputc('}', out);
 }

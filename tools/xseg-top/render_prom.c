@@ -1,10 +1,11 @@
 /* render_prom.c: one xseg-top sample in the Prometheus text format for
  * node_exporter's textfile collector (--prometheus).  The families, HELP
- * lines and values are the library's own (xseg_stats_prometheus_render on
- * the xseg_stats each record holds), with `pid`, `process` and `slot` (the
- * allocator's record in its process's file) labels before `device`, plus
- * xseg_top_processes; no timestamps (the collector rejects them).  The
- * library escapes label values and replaces bytes that are not UTF-8. */
+ * lines and values are the library's own (its renderer on the xseg_stats
+ * each record holds and on the record's tag rows, whose families carry a
+ * `tag` label), with `pid`, `process` and `slot` (the allocator's record in
+ * its process's file) labels before `device`, plus xseg_top_processes; no
+ * timestamps (the collector rejects them).  The library escapes label
+ * values and replaces bytes that are not UTF-8. */
 #include <stdlib.h>
 
 #include "top.h"
@@ -16,6 +17,8 @@
 typedef struct prom_rows {
     xseg_stats *st;
     xseg_prom_source *src;
+    const xseg_tag_stats **tags; /* each allocator's tag rows */
+    size_t *ntags;
     char (*text)[3][32];  /* pid, slot, backend */
     char (*version)[17];
 } prom_rows;
@@ -26,6 +29,8 @@ static void rows_free(prom_rows *r)
 {
     free(r->st);
     free(r->src);
+    free(r->tags);
+    free(r->ntags);
     free(r->text);
     free(r->version);
 }
@@ -35,9 +40,11 @@ static int rows_alloc(prom_rows *r, size_t n)
     size_t m = n ? n : 1;
     r->st = calloc(m, sizeof *r->st);
     r->src = calloc(m, sizeof *r->src);
+    r->tags = calloc(m, sizeof *r->tags);
+    r->ntags = calloc(m, sizeof *r->ntags);
     r->text = calloc(m, sizeof *r->text);
     r->version = calloc(m, sizeof *r->version);
-    return r->st && r->src && r->text && r->version ? 0 : -1;
+    return r->st && r->src && r->tags && r->ntags && r->text && r->version ? 0 : -1;
 }
 
 /* Fill row k from process p's allocator a; values[] holds its labels. */
@@ -55,15 +62,17 @@ static void fill_row(prom_rows *r, size_t k, const top_proc *p, const top_alloc 
     values[2] = r->text[k][1];
     r->src[k] = (xseg_prom_source){&r->st[k], r->text[k][2], r->version[k], NLABELS, g_names,
                                    values};
+    r->tags[k] = a->tags;
+    r->ntags[k] = a->ntags;
 }
 
-static int render(FILE *out, const xseg_prom_source *src, size_t n)
+static int render(FILE *out, const prom_rows *r, size_t n)
 {
     size_t len = 0;
-    xseg_status rc = xseg_stats_prometheus_render(src, n, NULL, 0, &len);
+    xseg_status rc = xseg_prom_render_tags(r->src, r->tags, r->ntags, n, NULL, 0, &len);
     char *buf = rc == XSEG_ERR_BUFFER_TOO_SMALL ? malloc(len + 1) : NULL;
     if (buf)
-        rc = xseg_stats_prometheus_render(src, n, buf, len + 1, &len);
+        rc = xseg_prom_render_tags(r->src, r->tags, r->ntags, n, buf, len + 1, &len);
     if (rc == XSEG_OK)
         fwrite(buf, 1, len, out);
     else
@@ -84,7 +93,7 @@ int top_render_prom(FILE *out, const top_sample *s)
         for (size_t i = 0; i < s->np; i++)
             for (size_t j = 0; j < s->p[i].count && k < s->na; j++, k++)
                 fill_row(&r, k, &s->p[i], &s->a[s->p[i].first + j], values + k * NLABELS);
-        rc = render(out, r.src, k);
+        rc = render(out, &r, k);
     } else {
         fprintf(stderr, "xseg-top: no memory for %zu allocators\n", s->na);
     }

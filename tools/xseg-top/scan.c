@@ -79,6 +79,7 @@ static int add_records(top_sample *s, void *base, const xseg_shm_header *h)
         if (rc == 0)
             continue;
         a.busy = rc < 0;
+        a.ntags = xseg_shm_read_tags(xseg_shm_slot(base, h, i), a.tags, READ_TRIES, &a.tags_busy);
         top_alloc *n = grow(s->a, &s->acap, s->na + 1, sizeof *n);
         if (!n)
             return -1;
@@ -243,6 +244,15 @@ const char *top_backend(const top_alloc *a, char buf[9])
 {
     memcpy(buf, &a->v[XSF_BACKEND], 8);
     buf[8] = '\0';
+    return buf;
+}
+
+const char *top_tag_name(const xseg_tag_stats *t, char buf[XSEG_TAG_NAME_MAX + 1])
+{
+    if (t->name[0])
+        snprintf(buf, XSEG_TAG_NAME_MAX + 1, "%.*s", XSEG_TAG_NAME_MAX, t->name);
+    else
+        snprintf(buf, XSEG_TAG_NAME_MAX + 1, "%d", t->tag);
     return buf;
 }
 

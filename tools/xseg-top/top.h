@@ -1,6 +1,7 @@
 /* top.h: xseg-top's shared types: one sample of every allocator that
- * publishes live stats (stats_shm), read from the per-process files, and
- * the renderers (terminal table, JSON, Prometheus textfile). */
+ * publishes live stats (stats_shm), read from the per-process files, with
+ * the rows of its tags (tag 0 and the tags in use, once one is), and the
+ * renderers (terminal table, JSON, Prometheus textfile). */
 #ifndef XSEG_TOP_H
 #define XSEG_TOP_H
 
@@ -16,6 +17,9 @@ typedef struct top_alloc {
     uint32_t slot;
     int busy;              /* every read met a write in progress: v is stale */
     uint64_t v[XSF_COUNT];
+    xseg_tag_stats tags[XSEG_SHM_TAGS]; /* its tag rows in use, tag order */
+    size_t ntags;
+    unsigned tags_busy;    /* tag rows left out: every read met a write */
     /* filled by top_rates() when a previous sample of the same allocator
      * exists: per-second rates of alloc/free calls and driver calls */
     int has_rates;
@@ -59,6 +63,8 @@ void top_rates(top_sample *s, const top_sample *prev);
 const char *top_size(uint64_t bytes, char *buf, size_t len);
 /* Backend name stored in XSF_BACKEND. */
 const char *top_backend(const top_alloc *a, char buf[9]);
+/* A tag row's name, or its id when the record does not name it. */
+const char *top_tag_name(const xseg_tag_stats *t, char buf[XSEG_TAG_NAME_MAX + 1]);
 /* mapped / live, 0 when nothing is live. */
 double top_frag(const top_alloc *a);
 uint64_t top_cached(const top_alloc *a);
