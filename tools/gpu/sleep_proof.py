@@ -371,20 +371,21 @@ class Proof:
                 "ballast_bytes": int(ballast), "seconds": time.perf_counter() - t0}
 
     def refused_alloc(self):
-        """An allocation under the sleeping tag "weights" must be refused:
-        PyTorch's pluggable allocator gets NULL (a tensor without storage),
-        or raises."""
-        torch = self.torch
-        try:
-            with self.xseg.tag("weights"):
-                t = torch.empty(MiB, dtype=torch.uint8, device="cuda")
-                ptr = t.data_ptr()
-                del t
-        except Exception as e:  # noqa: BLE001 (a raise is a refusal too)
-            return {"refused": True, "how": f"raised {type(e).__name__}: {e}"[:400]}
+        """An allocation under the sleeping tag "weights" must be refused.
+        Asked of the C API (xseg_alloc_tagged on the device's allocator),
+        not through torch.empty: PyTorch 2.11's pluggable allocator does
+        not check for NULL, so a refused torch allocation yields a tensor
+        without storage whose first kernel faults (issue 16)."""
+        import ctypes
+        from xseg import _sleep, _stats
+        xs = _stats.allocator(None)
+        ptr = ctypes.c_void_p()
+        st = _sleep.fn("xseg_alloc_tagged")(xs, MiB, None, _sleep.tag_id("weights"),
+                                           ctypes.byref(ptr))
         msg = self.xseg.last_error()
-        return {"refused": ptr == 0, "data_ptr": ptr, "last_error": msg[:400],
-                "how": "NULL pointer" if ptr == 0 else "ALLOCATED (not refused)"}
+        return {"refused": st == 15 and not ptr.value, "status": int(st),
+                "last_error": msg[:400],
+                "how": "XSEG_ERR_ASLEEP" if st == 15 else "status %d" % st}
 
     # ---- the CUDA graph ----
 
