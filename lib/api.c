@@ -181,7 +181,8 @@ xseg_status xapi_alloc(xseg_t *xs, size_t size, void *stream, void **out)
     int cls = xsmall_class(xs, rounded);
     if (cls >= 0)
         rounded = xs->class_size[cls];
-    if (xs->tc_on) {
+    /* No cache hit while asleep: the cached blocks' pages are given back. */
+    if (xs->tc_on && !atomic_load_explicit(&xs->asleep, memory_order_relaxed)) {
         if (xtc_alloc(xs, rounded, size, stream, out))
             return XSEG_OK;
         xtc_attach(xs);
@@ -247,7 +248,10 @@ xseg_status xseg_free(xseg_t *xs, void *ptr)
         return refused(xs, &xs->free_calls,
                        xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_free: pointer is NULL"));
     xs = owner_of(xs, ptr); /* a tag's memory is freed by its allocator */
-    if (xs->tc_on && xtc_free(xs, ptr))
+    /* While asleep a free drops the block at once (not into a cache that
+     * wake would map again). */
+    if (xs->tc_on && !atomic_load_explicit(&xs->asleep, memory_order_relaxed) &&
+        xtc_free(xs, ptr))
         return XSEG_OK;
     xlock_lock(&xs->lock);
     xs->free_calls++;

@@ -11,9 +11,12 @@
  * stream synchronisation: no device-wide sync); in backup mode the live
  * blocks are copied into one pinned host buffer, kept for the next sleep;
  * then everything mapped is released.  A failure before the release
- * leaves the allocator as it was; a failure during it wakes the allocator
- * again (contents restored in backup mode), so the state is always one of
+ * leaves the allocator as it was; a failure during it (something still
+ * mapped, or a handle whose release failed twice) wakes the allocator
+ * again (contents restored in backup mode), or, when that mapping fails
+ * too, leaves it asleep with nothing mapped; so the state is always one of
  * the two, and a failed wake leaves nothing mapped: both can be retried.
+ * A release that fails once and works when tried again is no failure.
  *
  * Wake maps the union of the pages under live blocks as runs (large runs
  * get large handles: one create and map per GiB, one set_access per run),
@@ -175,13 +178,17 @@ static xseg_status backup(xseg_t *xs)
     return XSEG_OK;
 }
 
-/* Unmap and release every handle (cache and live blocks alike). */
+/* Unmap and release every handle (cache and live blocks alike); a
+ * release that failed is tried once more at once (its handle kept as an
+ * orphan).  0 when nothing is left, else the last driver code. */
 static int release_all(xseg_t *xs)
 {
     int err = 0;
     xarena_release_inside(xs, xs->arena.base, xs->arena.base + xs->arena.size, SIZE_MAX, &err);
     xarena_release_orphans(xs);
-    return err;
+    if (!xs->mapped.cur && !xs->arena.norphans)
+        return 0; /* a failed release that worked the second time */
+    return err ? err : XDRV_INVALID_VALUE;
 }
 
 /* ---- wake ---- */
@@ -266,7 +273,8 @@ static xseg_status wake_locked(xseg_t *xs, const char *what)
         return XSEG_OK;
     char keep[512];
     snprintf(keep, sizeof keep, "%s", xseg_last_error());
-    release_all(xs); /* nothing mapped for it while asleep */
+    if (release_all(xs) && xs->mapped.cur) /* nothing mapped for it while asleep */
+        (void)release_all(xs);
     char b1[32];
     if (st != XSEG_OK)
         return xseg_fail(xs, st, "%s: mapping %s for the live blocks failed; the memory stays "
@@ -301,18 +309,26 @@ xseg_status xsleep_sleep(xseg_t *xs, xseg_sleep_mode mode)
     xs->sleep_mode = mode;
     size_t live = live_bytes(xs);
     int err = release_all(xs);
-    if (err || xs->mapped.cur) {
-        char b1[32];
+    if (err) {
+        char b1[32], keep[512];
         size_t left = xs->mapped.cur;
+        unsigned kept = xs->arena.norphans;
         st = wake_locked(xs, "xseg_sleep");
         if (st == XSEG_OK) {
             atomic_store(&xs->asleep, 0);
             st = xseg_fail(xs, XSEG_ERR_DRIVER,
-                           "xseg_sleep: releasing failed (%s) with %s still mapped; the "
-                           "memory was mapped again and is awake%s", xdrv_error_name(xs, err),
-                           xseg_fmt_size(left, b1, sizeof b1),
+                           "xseg_sleep: releasing failed (%s) with %s still mapped and %u "
+                           "handles kept for a later release; the memory was mapped again "
+                           "and is awake%s", xdrv_error_name(xs, err),
+                           xseg_fmt_size(left, b1, sizeof b1), kept,
                            mode == XSEG_SLEEP_BACKUP ? ", contents restored"
                                                      : " (discard: contents lost)");
+        } else { /* asleep after all, nothing mapped: xseg_wake can be retried */
+            snprintf(keep, sizeof keep, "%s", xseg_last_error());
+            xs->sleeps++;
+            st = xseg_fail(xs, st, "xseg_sleep: releasing failed (%s), and mapping the "
+                           "memory again failed too: it is asleep with nothing mapped "
+                           "(xseg_wake may be retried): %s", xdrv_error_name(xs, err), keep);
         }
         xlock_unlock(&xs->lock);
         return st;
@@ -349,8 +365,10 @@ void xsleep_fill(xseg_t *xs, xseg_tag_stats *out)
     xlock_lock(&xs->lock);
     out->asleep = atomic_load(&xs->asleep);
     out->mode = xs->sleep_mode;
-    out->live_bytes = (xseg_counter){xs->allocated.cur, xs->allocated.peak, xs->allocated.total};
-    out->mapped_bytes = (xseg_counter){xs->mapped.cur, xs->mapped.peak, xs->mapped.total};
+    xseg_stats st = {.size = sizeof st};
+    xseg_fill_stats(xs, &st); /* blocks held by thread caches are not live */
+    out->live_bytes = st.allocated_bytes;
+    out->mapped_bytes = st.mapped_bytes;
     out->sleeping_bytes = out->asleep ? live_bytes(xs) : 0;
     out->backup_bytes = out->asleep && xs->sleep_mode == XSEG_SLEEP_BACKUP ? xs->bk_bytes : 0;
     out->sleeps = xs->sleeps;

@@ -11,6 +11,8 @@
  * with it.  xseg_alloc (api.c) sends an allocation to the allocator of the
  * thread's tag; a free, record_stream or size query finds the allocator
  * whose range holds the pointer (xseg_range_owner, internal.h).
+ * A wake that runs out of memory (the device's or the cap) trims the
+ * family's cached memory and tries once more, as an allocation would.
  * Lock order: a parent's lock is never held while a tag's is taken, nor
  * the reverse; g_tag_lock (registry and creation) is taken before either. */
 #include <pthread.h>
@@ -19,8 +21,10 @@
 #include <string.h>
 
 #include "internal.h"
+#include "tag_fields.h"
 
 static pthread_mutex_t g_tag_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t g_tag_once = PTHREAD_ONCE_INIT;
 static char g_names[XSEG_MAX_TAGS][XSEG_TAG_NAME_MAX] = {"default"};
 static atomic_int g_ntags = 1;
 
@@ -28,6 +32,28 @@ static atomic_int g_ntags = 1;
 static _Thread_local int t_stack[TAG_DEPTH];
 static _Thread_local int t_depth;
 _Thread_local int xseg_tls_tag;
+
+/* ---- the lock ---- */
+
+/* A child of fork() gets the lock free even if another thread of the
+ * parent held it (registering a name, or making a tag's allocator, which
+ * in the child is abandoned with the parent's allocators): the registry
+ * publishes a name only after writing it, so the child's copy is whole. */
+static void tag_lock_child(void)
+{
+    pthread_mutex_init(&g_tag_lock, NULL);
+}
+
+static void tag_lock_fork_init(void)
+{
+    pthread_atfork(NULL, NULL, tag_lock_child);
+}
+
+static void tag_lock(void)
+{
+    pthread_once(&g_tag_once, tag_lock_fork_init);
+    pthread_mutex_lock(&g_tag_lock);
+}
 
 /* ---- the registry ---- */
 
@@ -58,13 +84,14 @@ xseg_status xseg_tag_id(const char *name, int *tag)
         return xseg_fail(NULL, XSEG_ERR_INVALID_ARG,
                          "xseg_tag_id: tag name \"%.64s\" is not 1 to %d characters of "
                          "[A-Za-z0-9_.:-]", name, XSEG_TAG_NAME_MAX - 1);
-    pthread_mutex_lock(&g_tag_lock);
+    tag_lock();
     int n = atomic_load(&g_ntags), found = -1;
     for (int t = 0; t < n && found < 0; t++)
         if (strcmp(g_names[t], name) == 0)
             found = t;
     if (found < 0 && n < XSEG_MAX_TAGS) {
         snprintf(g_names[n], XSEG_TAG_NAME_MAX, "%s", name);
+        xseg_shm_tag_name(n, name); /* the name of its row in stats_shm */
         atomic_store_explicit(&g_ntags, n + 1, memory_order_release);
         found = n;
     }
@@ -131,7 +158,7 @@ xseg_status xtag_get(xseg_t *xs, int tag, int make, xseg_t **out, const char *wh
         return XSEG_OK;
     }
     xseg_status st = XSEG_OK;
-    pthread_mutex_lock(&g_tag_lock);
+    tag_lock();
     c = atomic_load(&xs->tags[tag]);
     if (!c) {
         st = xlife_create_tag(xs, tag, &c);
@@ -290,6 +317,10 @@ xseg_status xseg_wake(xseg_t *xs, const int *tags, size_t ntags)
         st = check_states(set, tags, ntags, 1, "xseg_wake");
     for (size_t i = 0; st == XSEG_OK && i < ntags; i++) {
         st = xsleep_wake(set[i]);
+        if (st == XSEG_ERR_OOM) { /* as an allocation would: the family's cache goes first */
+            (void)xseg_trim(xs->parent ? xs->parent : xs, 0, NULL);
+            st = xsleep_wake(set[i]);
+        }
         if (st == XSEG_OK)
             continue;
         char keep[768];

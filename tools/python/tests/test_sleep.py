@@ -335,11 +335,8 @@ class PrivateAllocatorTest(unittest.TestCase):
         s = _sleep.stats_allocator(self.xs)["p_w"]
         self.assertGreaterEqual(s["live_peak_bytes"], 5 << 20)
 
-    # lib/sleep.c's xsleep_fill reads xs->allocated as is, without the part
-    # the thread caches hold (xtc_adjust_stats, as xseg_fill_stats does), so
-    # a block freed into this thread's cache still counts as live.  Remove
-    # this decorator once it is fixed.
-    @unittest.expectedFailure
+    # A block freed into this thread's cache is not live (xsleep_fill goes
+    # through xseg_fill_stats, which takes the thread caches' part off).
     def test_live_bytes_drop_on_free(self):
         p = self.alloc("p_w", 5 << 20)
         self.assertEqual(self.lib.xseg_free(self.xs, p), 0)
