@@ -273,6 +273,9 @@ struct xseg {
     /* sleep (sleep.c) */
     atomic_int asleep;    /* 1 while its memory sleeps: allocations fail */
     int sleep_mode;       /* xseg_sleep_mode of the last sleep */
+    int sleep_whole;      /* sleep keeps every mapped page, not only live
+                             blocks (a CUDA-graph pool: sleep.c) */
+    uint64_t *sl_bits;    /* the pages mapped at sleep when sleep_whole */
     struct xbackup *bk;   /* the live blocks backed up, address order */
     size_t bk_n, bk_cap, bk_bytes;
     void *bk_host;        /* pinned backup buffer, kept for the next sleep */

@@ -214,6 +214,8 @@ static tpool *pool_new(int device, xseg_torch_pool_id id)
         snprintf(p->why, sizeof p->why, "no host memory");
     else if (xseg_create(&p->xs, device, conf) != XSEG_OK)
         snprintf(p->why, sizeof p->why, "%s", xseg_last_error());
+    else /* its graphs replay into its cached blocks too: they sleep with it */
+        p->xs->sleep_whole = 1;
     free(conf); /* without an allocator the pool's allocations fail: safer than
                  * memory that eager code reuses after the capture */
     p->id = id;

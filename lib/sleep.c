@@ -21,12 +21,15 @@
  * Wake maps the union of the pages under live blocks as runs (large runs
  * get large handles: one create and map per GiB, one set_access per run),
  * then copies back the backups of blocks still live.  A block freed while
- * asleep is dropped: its backup is skipped. */
+ * asleep is dropped: its backup is skipped.  An allocator marked
+ * sleep_whole (a CUDA-graph pool, plugin.c) keeps every page mapped at
+ * sleep instead of only the live blocks': backed up and mapped again. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "bitmap.h"
 #include "internal.h"
 
 /* A live block's contents in the backup buffer. */
@@ -139,42 +142,104 @@ static xseg_status backup_records(xseg_t *xs, size_t n)
     return XSEG_OK;
 }
 
-/* Copy every live block into the pinned buffer, then wait for the copies. */
+/* ---- what sleep keeps ---- */
+
+typedef xseg_status (*run_fn)(xseg_t *xs, uintptr_t a, uintptr_t b, void *ctx);
+
+/* An allocator whose cached memory is in use too sleeps whole (a CUDA
+ * graph pool: its graphs replay into blocks freed during the capture):
+ * the pages mapped at sleep are recorded, and they are what is backed up
+ * and mapped again. */
+static xseg_status save_mapped(xseg_t *xs)
+{
+    size_t bytes = (xs->arena.npages + 63) / 64 * sizeof(uint64_t);
+    if (!xs->sl_bits)
+        xs->sl_bits = malloc(bytes);
+    if (!xs->sl_bits)
+        return xseg_fail(xs, XSEG_ERR_OOM, "xseg_sleep: no host memory for the %zu-byte map "
+                         "of the pages to keep; nothing was given back", bytes);
+    memcpy(xs->sl_bits, xs->arena.mapped_bits, bytes);
+    return XSEG_OK;
+}
+
+/* The runs of pages recorded by save_mapped, in address order. */
+static xseg_status each_saved_run(xseg_t *xs, run_fn fn, void *ctx)
+{
+    const xarena *ar = &xs->arena;
+    for (size_t p = 0, n = ar->npages; (p = xbm_next(xs->sl_bits, p, n, 1)) < n;) {
+        size_t e = xbm_next(xs->sl_bits, p, n, 0);
+        xseg_status st = fn(xs, ar->base + (p << ar->shift), ar->base + (e << ar->shift), ctx);
+        if (st != XSEG_OK)
+            return st;
+        p = e;
+    }
+    return XSEG_OK;
+}
+
+/* What a backup holds: each live block, or each saved run when whole. */
+static xseg_status each_kept(xseg_t *xs, run_fn fn, void *ctx)
+{
+    if (xs->sleep_whole)
+        return each_saved_run(xs, fn, ctx);
+    for (const xblock *b = xs->first_block; b; b = b->anext) {
+        xseg_status st = in_use(b) ? fn(xs, b->addr, b->addr + b->size, ctx) : XSEG_OK;
+        if (st != XSEG_OK)
+            return st;
+    }
+    return XSEG_OK;
+}
+
+struct tally {
+    size_t n, bytes;
+};
+
+static xseg_status tally_one(xseg_t *xs, uintptr_t a, uintptr_t b, void *ctx)
+{
+    (void)xs;
+    struct tally *t = ctx;
+    t->n++;
+    t->bytes += b - a;
+    return XSEG_OK;
+}
+
+/* Issue the copy of [a, b) to the buffer; the first failure stops. */
+static xseg_status copy_one(xseg_t *xs, uintptr_t a, uintptr_t b, void *ctx)
+{
+    int *rc = ctx;
+    *rc = xdrv_copy(xs, (char *)xs->bk_host + xs->bk_bytes, (const void *)a, b - a, 0);
+    xs->bk[xs->bk_n++] = (struct xbackup){a, b - a, xs->bk_bytes};
+    xs->bk_bytes += b - a;
+    return *rc == XDRV_SUCCESS ? XSEG_OK : XSEG_ERR_DRIVER;
+}
+
+/* Copy what is kept into the pinned buffer, then wait for the copies. */
 static xseg_status backup(xseg_t *xs)
 {
-    size_t n = 0, bytes = live_bytes(xs);
+    struct tally t = {0, 0};
     xs->bk_n = 0;
     xs->bk_bytes = 0;
-    for (const xblock *b = xs->first_block; b; b = b->anext)
-        n += in_use(b);
-    if (!n)
+    each_kept(xs, tally_one, &t);
+    if (!t.n)
         return XSEG_OK;
-    xseg_status st = backup_records(xs, n);
+    xseg_status st = backup_records(xs, t.n);
     if (st == XSEG_OK)
-        st = backup_room(xs, bytes);
+        st = backup_room(xs, t.bytes);
     if (st != XSEG_OK)
         return st;
-    size_t off = 0;
     int rc = XDRV_SUCCESS;
-    for (const xblock *b = xs->first_block; b && rc == XDRV_SUCCESS; b = b->anext) {
-        if (!in_use(b))
-            continue;
-        rc = xdrv_copy(xs, (char *)xs->bk_host + off, (const void *)b->addr, b->size, 0);
-        xs->bk[xs->bk_n++] = (struct xbackup){b->addr, b->size, off};
-        off += b->size;
-    }
+    each_kept(xs, copy_one, &rc);
     int wrc = xdrv_copy_wait(xs);
     if (rc == XDRV_SUCCESS)
         rc = wrc;
     if (rc != XDRV_SUCCESS) {
         xs->bk_n = 0;
+        xs->bk_bytes = 0;
         char b1[32];
         return xseg_fail(xs, drv_status(rc),
                          "xseg_sleep: copying %s of live memory to host failed (%s); nothing "
-                         "was given back", xseg_fmt_size(bytes, b1, sizeof b1),
+                         "was given back", xseg_fmt_size(t.bytes, b1, sizeof b1),
                          xdrv_error_name(xs, rc));
     }
-    xs->bk_bytes = off;
     return XSEG_OK;
 }
 
@@ -195,9 +260,7 @@ static int release_all(xseg_t *xs)
 
 /* The page-aligned union of the live blocks, run by run: calls fn on each
  * maximal run [a, b); stops at the first failure. */
-static xseg_status each_live_run(xseg_t *xs, xseg_status (*fn)(xseg_t *, uintptr_t, uintptr_t,
-                                                               size_t *),
-                                 size_t *acc)
+static xseg_status each_live_run(xseg_t *xs, run_fn fn, void *acc)
 {
     size_t page = xs->arena.page;
     uintptr_t ra = 0, rb = 0;
@@ -222,13 +285,19 @@ static xseg_status each_live_run(xseg_t *xs, xseg_status (*fn)(xseg_t *, uintptr
     return rb ? fn(xs, ra, rb, acc) : XSEG_OK;
 }
 
-static xseg_status count_run(xseg_t *xs, uintptr_t a, uintptr_t b, size_t *acc)
+/* The runs wake maps: the live blocks' pages, or the saved ones when whole. */
+static xseg_status each_wake_run(xseg_t *xs, run_fn fn, void *ctx)
 {
-    *acc += xarena_unmapped_bytes(xs, a, b);
+    return xs->sleep_whole ? each_saved_run(xs, fn, ctx) : each_live_run(xs, fn, ctx);
+}
+
+static xseg_status count_run(xseg_t *xs, uintptr_t a, uintptr_t b, void *acc)
+{
+    *(size_t *)acc += xarena_unmapped_bytes(xs, a, b);
     return XSEG_OK;
 }
 
-static xseg_status map_live_run(xseg_t *xs, uintptr_t a, uintptr_t b, size_t *acc)
+static xseg_status map_live_run(xseg_t *xs, uintptr_t a, uintptr_t b, void *acc)
 {
     (void)acc;
     return xarena_ensure(xs, a, b, b - a);
@@ -241,6 +310,10 @@ static int restore(xseg_t *xs)
     int rc = XDRV_SUCCESS;
     for (size_t i = 0; i < xs->bk_n && rc == XDRV_SUCCESS; i++) {
         const struct xbackup *r = &xs->bk[i];
+        if (xs->sleep_whole) { /* runs: all of them come back */
+            rc = xdrv_copy(xs, (void *)r->addr, (const char *)xs->bk_host + r->off, r->size, 1);
+            continue;
+        }
         while (b && b->addr < r->addr)
             b = b->anext;
         if (!b || b->addr != r->addr || b->size != r->size || !in_use(b))
@@ -255,7 +328,7 @@ static int restore(xseg_t *xs)
 static xseg_status wake_locked(xseg_t *xs, const char *what)
 {
     size_t need = 0;
-    each_live_run(xs, count_run, &need);
+    each_wake_run(xs, count_run, &need);
     if (xfam_over_cap(xs, need)) {
         char b1[32], b2[32], b3[32];
         return xseg_fail(xs, XSEG_ERR_OOM,
@@ -265,7 +338,7 @@ static xseg_status wake_locked(xseg_t *xs, const char *what)
                          xseg_fmt_size(xfam_mapped(xs), b2, sizeof b2),
                          xseg_fmt_size(xfam_cap(xs), b3, sizeof b3));
     }
-    xseg_status st = each_live_run(xs, map_live_run, NULL);
+    xseg_status st = each_wake_run(xs, map_live_run, NULL);
     int rc = XDRV_SUCCESS;
     if (st == XSEG_OK && xs->sleep_mode == XSEG_SLEEP_BACKUP)
         rc = restore(xs);
@@ -299,6 +372,8 @@ xseg_status xsleep_sleep(xseg_t *xs, xseg_sleep_mode mode)
     xseg_status st = wait_streams(xs);
     xs->bk_n = 0;
     xs->bk_bytes = 0;
+    if (st == XSEG_OK && xs->sleep_whole)
+        st = save_mapped(xs);
     if (st == XSEG_OK && mode == XSEG_SLEEP_BACKUP)
         st = backup(xs);
     if (st != XSEG_OK) {
@@ -386,5 +461,7 @@ void xsleep_fini(xseg_t *xs, int call_driver)
     xs->bk_host_cap = 0;
     free(xs->bk);
     xs->bk = NULL;
+    free(xs->sl_bits);
+    xs->sl_bits = NULL;
     xs->bk_n = xs->bk_cap = 0;
 }

@@ -676,6 +676,44 @@ START_TEST(backup_restores_contents)
 }
 END_TEST
 
+/* A CUDA-graph pool sleeps whole (plugin.c sets sleep_whole): its graphs
+ * replay into blocks freed during the capture, so its cached pages come
+ * back too, with their contents in backup mode. */
+START_TEST(a_pool_sleeps_whole_with_its_cache)
+{
+    xseg_t *xs = t_host("thread_cache:off,release_threshold:unlimited");
+    xs->sleep_whole = 1;
+    void *a = alloc_u(xs, 5 * MiB, NULL), *b = alloc_u(xs, 3 * MiB, NULL);
+    t_fill(a, 5 * MiB, 41);
+    t_fill(b, 3 * MiB, 42);
+    ck_assert_int_eq(xseg_free(xs, b), XSEG_OK); /* cached, still mapped */
+    size_t mapped = t_stats(xs).mapped_bytes.current;
+    ck_assert_int_eq(xsleep_sleep(xs, XSEG_SLEEP_BACKUP), XSEG_OK);
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
+    ck_assert(t_faults(a) && t_faults(b));
+    ck_assert_int_eq(xsleep_wake(xs), XSEG_OK);
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, mapped);
+    ck_assert(t_check(a, 5 * MiB, 41));
+    ck_assert(t_check(b, 3 * MiB, 42)); /* the freed block's contents too */
+    /* discard: the same pages come back, contents lost */
+    ck_assert_int_eq(xsleep_sleep(xs, XSEG_SLEEP_DISCARD), XSEG_OK);
+    ck_assert_int_eq(xsleep_wake(xs), XSEG_OK);
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, mapped);
+    ck_assert(!t_faults(b) && !t_faults((char *)b + 3 * MiB - 1));
+    T_CHECK(xs);
+    /* An allocator that does not sleep whole drops the cached block. */
+    xs->sleep_whole = 0;
+    t_fill(a, 5 * MiB, 43); /* (the discard lost it) */
+    ck_assert_int_eq(xsleep_sleep(xs, XSEG_SLEEP_BACKUP), XSEG_OK);
+    ck_assert_int_eq(xsleep_wake(xs), XSEG_OK);
+    ck_assert(t_check(a, 5 * MiB, 43));
+    ck_assert(t_faults((char *)b + 2 * MiB));
+    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
+    check_ok(xs, "the end");
+    ck_assert_int_eq(xseg_destroy(xs), XSEG_OK);
+}
+END_TEST
+
 /* ---- thread caches ---- */
 
 START_TEST(thread_cache_hits_never_hand_out_sleeping_memory)
@@ -1334,6 +1372,7 @@ int main(void)
     tcase_add_test(sl, discard_gives_memory_back_and_keeps_addresses);
     tcase_add_test(sl, bad_arguments_and_several_tags);
     tcase_add_test(sl, backup_restores_contents);
+    tcase_add_test(sl, a_pool_sleeps_whole_with_its_cache);
     tcase_add_test(sl, thread_cache_hits_never_hand_out_sleeping_memory);
     tcase_add_test(sl, another_threads_cache_is_emptied_by_sleep);
     tcase_add_test(sl, a_wake_over_the_cap_fails_and_stays_asleep);
