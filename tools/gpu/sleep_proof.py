@@ -397,6 +397,17 @@ class Proof:
         def full():
             return model(input_ids=self.static_in, use_cache=False).logits
 
+        def layers():
+            # every decoder layer on static embeddings, causal attention
+            # without a mask (no host-side mask or position building)
+            h = model.model.embed_tokens(self.static_in)
+            pe = model.model.rotary_emb(h, self.static_pos)
+            for layer in model.model.layers:
+                o = layer(h, attention_mask=None, position_ids=self.static_pos,
+                          position_embeddings=pe)
+                h = o[0] if isinstance(o, tuple) else o
+            return model.lm_head(model.model.norm(h))
+
         def part():
             layer = model.model.layers[-1]
             return model.lm_head(model.model.norm(layer.mlp(self.hidden)))
@@ -404,7 +415,10 @@ class Proof:
         self.hidden = torch.randn(1, self.args.graph_tokens, model.config.hidden_size,
                                   device="cuda", dtype=torch.bfloat16,
                                   generator=torch.Generator(device="cuda").manual_seed(7))
+        self.static_pos = torch.arange(self.args.graph_tokens, device="cuda").unsqueeze(0)
         for kind, fn in (("forward(input_ids[1,S], use_cache=False).logits", full),
+                         ("embeddings + every decoder layer + norm + lm_head, static "
+                          "positions", layers),
                          ("last layer MLP + norm + lm_head on static hidden states", part)):
             try:
                 g, out = self._capture(fn)
