@@ -343,6 +343,22 @@ XSEG_API xseg_status xseg_torch_sleep(int device, const char *const *tags, size_
                                       xseg_sleep_mode mode);
 XSEG_API xseg_status xseg_torch_wake(int device, const char *const *tags, size_t ntags);
 
+/* ---- Out-of-memory handler: free memory and retry (issue 16) ----
+ * Called when an allocation of xs has failed with XSEG_ERR_OOM after the
+ * retry ladder (conf alloc_retries), and after the xseg_oom_callback.  The
+ * allocator's lock is NOT held: the handler may free memory (xseg_free,
+ * xseg_trim, a server's cache eviction) and may allocate.  It returns
+ * nonzero to ask for one more attempt of the failed allocation, 0 to let it
+ * fail.  Per thread, the handler is not re-entered: an allocation of xs that
+ * runs out of memory inside the handler fails at once (no deadlock, no
+ * recursion), and the retry after the handler does not call it again.  When
+ * the handler declines, or the retry fails, the call returns XSEG_ERR_OOM with
+ * the message of the last failure.  NULL removes it.  Set or remove it before
+ * xseg_destroy(xs); at most 64 allocators have one at a time
+ * (XSEG_ERR_INVALID_ARG beyond). */
+typedef int (*xseg_oom_handler)(xseg_t *xs, size_t requested, void *user);
+XSEG_API xseg_status xseg_set_oom_handler(xseg_t *xs, xseg_oom_handler fn, void *user);
+
 #ifdef __cplusplus
 }
 #endif

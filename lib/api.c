@@ -3,7 +3,9 @@
  * lifecycle.c (create / destroy), process.c (default allocators, fork),
  * tcache.c (thread caches), free.c (the free core), diag.c (bad-pointer and
  * out-of-memory reports), then the allocator proper. */
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -160,6 +162,8 @@ xseg_status xseg_alloc(xseg_t *xs, size_t size, void *stream, void **out)
     return xapi_alloc(xs, size, stream, out);
 }
 
+static xseg_status oom_handled(xseg_t *xs, size_t size, void *stream, void **out);
+
 xseg_status xapi_alloc(xseg_t *xs, size_t size, void *stream, void **out)
 {
     if (!out)
@@ -224,6 +228,7 @@ xseg_status xapi_alloc(xseg_t *xs, size_t size, void *stream, void **out)
         xseg_stats full = {.size = sizeof full};
         xseg_fill_stats(xs, &full); /* quoted by the report */
         xdiag_oom_report(xs, size, &full);
+        return oom_handled(xs, size, stream, out); /* unlocks */
     }
     xlock_unlock(&xs->lock);
     return st;
@@ -466,4 +471,80 @@ xseg_status xseg_history_json(xseg_t *xs, char *buf, size_t cap, size_t *len)
         return xseg_fail(xs, XSEG_ERR_BUFFER_TOO_SMALL,
                          "xseg_history_json: %zu bytes needed, buffer has %zu", b.len + 1, cap);
     return XSEG_OK;
+}
+
+/* ---- out-of-memory handler (xseg_set_oom_handler, issue 16) ----
+ * A small table, not a field of struct xseg: it is read only on the
+ * out-of-memory path.  The handler runs without the allocator's lock and
+ * is not re-entered on the same thread (oom_in_handler). */
+
+#define OOM_HANDLERS 64
+
+typedef struct oom_entry {
+    xseg_t *xs;
+    xseg_oom_handler fn;
+    void *user;
+} oom_entry;
+
+static oom_entry g_oom[OOM_HANDLERS];
+static pthread_mutex_t g_oom_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Thread_local int oom_in_handler;
+
+xseg_status xseg_set_oom_handler(xseg_t *xs, xseg_oom_handler fn, void *user)
+{
+    CHECK_XS(xs);
+    oom_entry *slot = NULL;
+    pthread_mutex_lock(&g_oom_lock);
+    for (int i = 0; i < OOM_HANDLERS && !slot; i++)
+        if (g_oom[i].xs == xs)
+            slot = &g_oom[i];
+    for (int i = 0; i < OOM_HANDLERS && !slot && fn; i++)
+        if (!g_oom[i].xs)
+            slot = &g_oom[i];
+    if (slot)
+        *slot = fn ? (oom_entry){xs, fn, user} : (oom_entry){NULL, NULL, NULL};
+    pthread_mutex_unlock(&g_oom_lock);
+    if (!slot && fn)
+        return xseg_fail(xs, XSEG_ERR_INVALID_ARG,
+                         "xseg_set_oom_handler: %d allocators have a handler already; "
+                         "remove one (fn NULL) first", OOM_HANDLERS);
+    return XSEG_OK;
+}
+
+/* The handler of xs, or of the allocator whose tag xs serves. */
+static int oom_lookup(xseg_t *xs, oom_entry *out)
+{
+    xseg_t *want[2] = {xs, xs->parent};
+    int found = 0;
+    pthread_mutex_lock(&g_oom_lock);
+    for (int w = 0; w < 2 && !found; w++)
+        for (int i = 0; i < OOM_HANDLERS && !found && want[w]; i++)
+            if (g_oom[i].xs == want[w]) {
+                *out = g_oom[i];
+                found = 1;
+            }
+    pthread_mutex_unlock(&g_oom_lock);
+    return found;
+}
+
+/* xapi_alloc's out-of-memory end, xs locked: without a handler (or inside
+ * one) the failure stands; else the lock is dropped around the handler and
+ * one more attempt follows if it asks for it. */
+static xseg_status oom_handled(xseg_t *xs, size_t size, void *stream, void **out)
+{
+    oom_entry h;
+    int have = !oom_in_handler && oom_lookup(xs, &h);
+    xlock_unlock(&xs->lock);
+    if (!have)
+        return XSEG_ERR_OOM;
+    char first[512];
+    snprintf(first, sizeof first, "%s", xseg_last_error());
+    oom_in_handler = 1;
+    int again = h.fn(h.xs, size, h.user);
+    xseg_status st = again ? xapi_alloc(xs, size, stream, out) : XSEG_ERR_OOM;
+    oom_in_handler = 0;
+    if (!again)
+        xseg_fail(NULL, XSEG_ERR_OOM, "%s (the out-of-memory handler did not ask for a "
+                  "retry)", first);
+    return st;
 }
