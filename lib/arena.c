@@ -168,16 +168,33 @@ static size_t premap_pages(const xseg_t *xs, size_t remaining)
     return most && r > most ? pow2_floor(most) : r;
 }
 
+/* Pages per handle when live memory is mapped again at wake (sleep.c):
+ * large handles whatever handle_size says (up to 1 GiB, or max_handle
+ * when larger), since the whole run is wanted at once; a later partial
+ * release splits them as it does any large handle. */
+static size_t wake_pages(const xseg_t *xs, size_t remaining)
+{
+    size_t most = (xs->max_handle > ((size_t)1 << 30) ? xs->max_handle : (size_t)1 << 30) >>
+                  xs->arena.shift;
+    size_t r = pow2_floor(remaining);
+    return most && r > most ? pow2_floor(most) : r;
+}
+
+enum { MAP_DEMAND, MAP_PREMAP, MAP_WAKE };
+
 /* Map pages [p0, p1), all unmapped, then one set_access over the run.
- * premap: a run mapped ahead of demand (premap_pages, XH_PREMAP). */
-static xseg_status map_run(xseg_t *xs, size_t p0, size_t p1, size_t request, int premap)
+ * how: MAP_DEMAND (handle_pages), MAP_PREMAP (a run mapped ahead of
+ * demand: premap_pages, XH_PREMAP) or MAP_WAKE (wake_pages). */
+static xseg_status map_run(xseg_t *xs, size_t p0, size_t p1, size_t request, int how)
 {
     xarena *ar = &xs->arena;
     size_t p = p0;
-    int rc = XDRV_SUCCESS;
+    int rc = XDRV_SUCCESS, premap = how == MAP_PREMAP;
     xseg_op failed = XSEG_OP_CREATE;
     while (p < p1) {
-        size_t n = premap ? premap_pages(xs, p1 - p) : handle_pages(xs, request, p1 - p);
+        size_t n = premap ? premap_pages(xs, p1 - p)
+                   : how == MAP_WAKE ? wake_pages(xs, p1 - p)
+                                     : handle_pages(xs, request, p1 - p);
         size_t bytes = n << ar->shift;
         uint32_t slot = handle_slot(ar);
         if (!slot) {
@@ -227,7 +244,7 @@ static xseg_status map_run(xseg_t *xs, size_t p0, size_t p1, size_t request, int
                      xseg_fmt_size(xs->mapped.cur, b2, sizeof b2));
 }
 
-static xseg_status ensure_runs(xseg_t *xs, uintptr_t a, uintptr_t b, size_t request, int premap)
+static xseg_status ensure_runs(xseg_t *xs, uintptr_t a, uintptr_t b, size_t request, int how)
 {
     xarena *ar = &xs->arena;
     size_t p0 = (a - ar->base) >> ar->shift;
@@ -235,7 +252,7 @@ static xseg_status ensure_runs(xseg_t *xs, uintptr_t a, uintptr_t b, size_t requ
     size_t p = xbm_next(ar->mapped_bits, p0, p1, 0);
     while (p < p1) {
         size_t q = xbm_next(ar->mapped_bits, p, p1, 1);
-        xseg_status st = map_run(xs, p, q, request, premap);
+        xseg_status st = map_run(xs, p, q, request, how);
         if (st != XSEG_OK)
             return st;
         p = xbm_next(ar->mapped_bits, q, p1, 0);
@@ -245,12 +262,17 @@ static xseg_status ensure_runs(xseg_t *xs, uintptr_t a, uintptr_t b, size_t requ
 
 xseg_status xarena_ensure(xseg_t *xs, uintptr_t a, uintptr_t b, size_t request)
 {
-    return ensure_runs(xs, a, b, request, 0);
+    return ensure_runs(xs, a, b, request, MAP_DEMAND);
+}
+
+xseg_status xarena_ensure_wake(xseg_t *xs, uintptr_t a, uintptr_t b)
+{
+    return ensure_runs(xs, a, b, b - a, MAP_WAKE);
 }
 
 xseg_status xarena_premap(xseg_t *xs, uintptr_t a, uintptr_t b)
 {
-    return ensure_runs(xs, a, b, b - a, 1);
+    return ensure_runs(xs, a, b, b - a, MAP_PREMAP);
 }
 
 int xarena_premapped(const xseg_t *xs, size_t p)

@@ -281,6 +281,9 @@ struct xseg {
     void *bk_host;        /* pinned backup buffer, kept for the next sleep */
     size_t bk_host_cap;
     uint64_t sleeps, wakes, last_sleep_ns, last_wake_ns;
+    /* sharing (share.c): dedicated, exported and imported blocks, peers;
+     * NULL until the first use (kept in a family's parent only) */
+    struct xshare *share;
 };
 
 /* ---- tcache.c (see its header comment for the invariants) ---- */
@@ -472,6 +475,26 @@ void xsleep_fill(xseg_t *xs, xseg_tag_stats *out);
 /* Free the backup buffer and records (driver call only if call_driver). */
 void xsleep_fini(xseg_t *xs, int call_driver);
 
+/* ---- share.c: dedicated blocks, export and import, peers (docs/sharing.md) ----
+ * Each takes the family parent's lock itself (xs->lock not held).  The
+ * xseg_* entry points of the Sharing section are api.c's, after the fork
+ * check.  Setup resolves `shareable` and applies `peer_access` (0 or a
+ * status). */
+xseg_status xshare_setup(xseg_t *xs);
+void xshare_fini(xseg_t *xs, int call_driver);
+xseg_status xshare_alloc(xseg_t *xs, size_t size, void *stream, void **out);
+/* 1 when ptr is a dedicated block of xs's family: then *st is the outcome
+ * of freeing it / recording the stream / its sizes; 0: not one (nothing done). */
+int xshare_free(xseg_t *xs, void *ptr, xseg_status *st);
+int xshare_record_stream(xseg_t *xs, void *ptr, void *stream, xseg_status *st);
+int xshare_block_size(xseg_t *xs, const void *ptr, size_t *rounded, size_t *requested,
+                      xseg_status *st);
+xseg_status xshare_export(xseg_t *xs, const void *ptr, xseg_export_desc *desc);
+xseg_status xshare_import(xseg_t *xs, const xseg_export_desc *desc, void **out);
+xseg_status xshare_unimport(xseg_t *xs, void *ptr);
+xseg_status xshare_enable_peer(xseg_t *xs, int device);
+xseg_status xshare_stats(xseg_t *xs, xseg_share_stats *out);
+
 /* ---- lifecycle.c: construction and teardown ---- */
 /* Build an allocator (fork_gen: the generation it belongs to). */
 xseg_status xlife_create(xseg_t **out, int device, const char *conf, const xseg_driver *drv,
@@ -566,6 +589,8 @@ xseg_status xarena_init(xseg_t *xs, size_t va_size);
 void xarena_fini(xseg_t *xs, int call_driver);
 /* Make every page under [a, b) mapped and accessible. */
 xseg_status xarena_ensure(xseg_t *xs, uintptr_t a, uintptr_t b, size_t request);
+/* Map [a, b) again at wake: large handles whatever handle_size says. */
+xseg_status xarena_ensure_wake(xseg_t *xs, uintptr_t a, uintptr_t b);
 /* The same for a run mapped ahead of demand: the fewest handles (powers of
  * two of pages, up to max_handle), flagged XH_PREMAP. */
 xseg_status xarena_premap(xseg_t *xs, uintptr_t a, uintptr_t b);

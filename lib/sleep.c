@@ -300,7 +300,7 @@ static xseg_status count_run(xseg_t *xs, uintptr_t a, uintptr_t b, void *acc)
 static xseg_status map_live_run(xseg_t *xs, uintptr_t a, uintptr_t b, void *acc)
 {
     (void)acc;
-    return xarena_ensure(xs, a, b, b - a);
+    return xarena_ensure_wake(xs, a, b);
 }
 
 /* Copy back the backups of blocks still live (address order on both). */

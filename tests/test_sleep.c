@@ -714,6 +714,35 @@ START_TEST(a_pool_sleeps_whole_with_its_cache)
 }
 END_TEST
 
+/* Wake maps large handles even under handle_size:page (one create per
+ * run, not per page), and a block freed after wake still gives its pages
+ * back: the large handle under it is split. */
+START_TEST(wake_maps_large_handles_that_later_frees_split)
+{
+    xseg_t *xs = t_host("handle_size:page,thread_cache:off,release_threshold:0");
+    int w = tag("paged");
+    blocks B;
+    make_blocks(xs, w, &B, 500);
+    size_t pages = tstats(xs, w).mapped_bytes.current / xs->arena.page;
+    xsleep(xs, w, XSEG_SLEEP_BACKUP);
+    uint64_t c0 = t_stats(xs).driver_calls[XSEG_OP_CREATE];
+    xwake(xs, w);
+    uint64_t creates = t_stats(xs).driver_calls[XSEG_OP_CREATE] - c0;
+    ck_assert_msg(creates * 4 <= pages, "wake made %llu handles for %zu pages",
+                  (unsigned long long)creates, pages);
+    ck_assert_int_eq(blocks_intact(&B, 500), 0);
+    size_t before = tstats(xs, w).mapped_bytes.current;
+    free_block(xs, &B, 19); /* 6 MiB, inside a large handle */
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    ck_assert_uint_le(tstats(xs, w).mapped_bytes.current + 4 * MiB, before);
+    ck_assert(t_faults((char *)B.p[19] + 3 * MiB));
+    ck_assert_int_eq(blocks_intact(&B, 500), 0);
+    books_match_driver(xs);
+    check_ok(xs, "after the split");
+    ck_assert_int_eq(xseg_destroy(xs), XSEG_OK);
+}
+END_TEST
+
 /* ---- thread caches ---- */
 
 START_TEST(thread_cache_hits_never_hand_out_sleeping_memory)
@@ -1373,6 +1402,7 @@ int main(void)
     tcase_add_test(sl, bad_arguments_and_several_tags);
     tcase_add_test(sl, backup_restores_contents);
     tcase_add_test(sl, a_pool_sleeps_whole_with_its_cache);
+    tcase_add_test(sl, wake_maps_large_handles_that_later_frees_split);
     tcase_add_test(sl, thread_cache_hits_never_hand_out_sleeping_memory);
     tcase_add_test(sl, another_threads_cache_is_emptied_by_sleep);
     tcase_add_test(sl, a_wake_over_the_cap_fails_and_stays_asleep);
