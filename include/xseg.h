@@ -78,6 +78,8 @@ typedef enum xseg_op {
     XSEG_OP_COPY_TO_HOST,    /* asynchronous copies of sleep and wake */
     XSEG_OP_COPY_TO_DEVICE,
     XSEG_OP_COPY_WAIT,       /* wait for the copies issued */
+    XSEG_OP_EXPORT,          /* a handle exported as a descriptor (docs/sharing.md) */
+    XSEG_OP_IMPORT,          /* a handle imported from a descriptor */
     XSEG_OP_COUNT
 } xseg_op;
 
@@ -311,7 +313,7 @@ XSEG_API xseg_status xseg_alloc_tagged(xseg_t *xs, size_t size, void *stream, in
 /* The tag of a live allocation. */
 XSEG_API xseg_status xseg_tag_of(xseg_t *xs, const void *ptr, int *tag);
 /* Put the memory of `ntags` tags to sleep: wait for the GPU work queued on
- * every stream that used it (events, no device sync), copy live contents to
+ * every stream that used it (a synchronisation of each such stream, no device sync), copy live contents to
  * host memory (XSEG_SLEEP_BACKUP), then unmap and release every physical
  * handle of those tags, cached memory included.  All or nothing: on failure
  * the tags are awake as before.  A tag already asleep is XSEG_ERR_STATE. */
@@ -343,6 +345,20 @@ XSEG_API xseg_status xseg_torch_sleep(int device, const char *const *tags, size_
                                       xseg_sleep_mode mode);
 XSEG_API xseg_status xseg_torch_wake(int device, const char *const *tags, size_t ntags);
 
+/* ---- Other frameworks and the preload library (docs/preload.md) ----
+ * CuPy's CFunctionAllocator (cupy.cuda.memory.CFunctionAllocator, through
+ * xseg.cupy_allocator() in Python): the process-wide allocator of `device`
+ * (xseg_default); `param` is the stream the memory is used on (NULL: the
+ * legacy default stream).  As the PyTorch hooks: xseg_last_error() is
+ * cleared on entry, failures return NULL / do nothing and leave a message. */
+XSEG_API void *xseg_cupy_malloc(void *param, size_t size, int device);
+XSEG_API void xseg_cupy_free(void *param, void *ptr, int device);
+/* The process-wide allocator (xseg_default) whose reserved range holds
+ * `ptr`, live or not, and its device (may be NULL); creates nothing, takes
+ * no lock.  XSEG_ERR_INVALID_POINTER when none does: then the pointer did
+ * not come from xseg. */
+XSEG_API xseg_status xseg_default_owner(const void *ptr, xseg_t **out, int *device);
+
 /* ---- Out-of-memory handler: free memory and retry (issue 16) ----
  * Called when an allocation of xs has failed with XSEG_ERR_OOM after the
  * retry ladder (conf alloc_retries), and after the xseg_oom_callback.  The
@@ -358,6 +374,88 @@ XSEG_API xseg_status xseg_torch_wake(int device, const char *const *tags, size_t
  * (XSEG_ERR_INVALID_ARG beyond). */
 typedef int (*xseg_oom_handler)(xseg_t *xs, size_t requested, void *user);
 XSEG_API xseg_status xseg_set_oom_handler(xseg_t *xs, xseg_oom_handler fn, void *user);
+
+/* ---- Sharing (docs/sharing.md) ----
+ * Ordinary allocations live in the cached arena: their pages are shared
+ * with neighbouring blocks and reused after free, so they are never
+ * exported.  A *dedicated* block has a virtual range and one physical
+ * handle of its own, of whole registration granules: NCCL
+ * (ncclCommRegister) and dmabuf (cuMemGetHandleForAddressRange) accept it,
+ * and when the conf's `shareable` gives a handle type it can be exported to
+ * other processes.  It is never cached: its free waits for the streams that
+ * used it, unmaps it and gives the exporter's reference back, so its pages
+ * are never reused while another process maps them (the memory lives until
+ * the last importer unmaps it).  Dedicated blocks come from
+ * xseg_alloc_registrable, or from xseg_alloc for requests of at least the
+ * conf's `registrable_min`; xseg_free frees them. */
+#define XSEG_EXPORT_MAGIC 0x58534558u /* "XSEX" */
+#define XSEG_EXPORT_VERSION 1u
+#define XSEG_EXPORT_MAX_PIECES 8      /* handles one description can carry */
+/* One handle of an exported block: `size` bytes mapped at `offset` bytes
+ * into the block, behind descriptor fd. */
+typedef struct xseg_export_piece {
+    int32_t fd;
+    uint32_t reserved;
+    uint64_t offset;
+    uint64_t size;
+} xseg_export_piece;
+/* A self-contained description of an exported block.  Its descriptors
+ * (pieces and token) belong to whoever holds the description: close them
+ * with xseg_export_close once sent or imported. */
+typedef struct xseg_export_desc {
+    uint32_t magic;          /* XSEG_EXPORT_MAGIC */
+    uint32_t version;        /* XSEG_EXPORT_VERSION */
+    int32_t device;          /* the exporter's device ordinal */
+    int32_t pid;             /* the exporter's process */
+    uint8_t uuid[16];        /* the device's identity (ordinals differ between processes) */
+    uint64_t size;           /* bytes mapped: the sum of the pieces, whole granules */
+    uint64_t requested;      /* bytes the allocation asked for (<= size) */
+    uint64_t nonce;          /* random, per exported block: the token slot holds it while
+                                the block lives; the exporter's free clears it */
+    uint32_t handle_type;    /* 1: POSIX file descriptor */
+    uint32_t npieces;        /* 1 .. XSEG_EXPORT_MAX_PIECES */
+    int32_t token_fd;        /* the exporter's token file (see nonce) */
+    uint32_t token_slot;     /* the 8-byte slot of this block in it */
+    uint64_t check;          /* checksum of the fields above and the pieces' offsets and
+                                sizes (not the descriptors' numbers) */
+    xseg_export_piece pieces[XSEG_EXPORT_MAX_PIECES];
+} xseg_export_desc;
+/* A dedicated block of at least `size` bytes for `stream` (rounded to the
+ * registration granularity; one physical handle). */
+XSEG_API xseg_status xseg_alloc_registrable(xseg_t *xs, size_t size, void *stream, void **out);
+/* Describe the dedicated block at ptr (its start) for another process:
+ * descriptors duplicated for the description.  Refused for ordinary
+ * allocations and when the block's handle is not shareable (`shareable`). */
+XSEG_API xseg_status xseg_export(xseg_t *xs, const void *ptr, xseg_export_desc *desc);
+/* Close the descriptors of a description (sets them to -1). */
+XSEG_API void xseg_export_close(xseg_export_desc *desc);
+/* Send / receive a description over a connected Unix socket (SCM_RIGHTS
+ * carries the descriptors; received ones replace the numbers in desc). */
+XSEG_API xseg_status xseg_send_export(int sock, const xseg_export_desc *desc);
+XSEG_API xseg_status xseg_recv_export(int sock, xseg_export_desc *desc);
+/* Map an exported block read-write at a new address of this process (its
+ * own virtual range, with access for the device and the peers of
+ * `peer_access`).  Refused, with nothing mapped: a forged or damaged
+ * description, a block its exporter has freed, another device, a block
+ * already imported by this allocator.  The descriptors stay the caller's. */
+XSEG_API xseg_status xseg_import(xseg_t *xs, const xseg_export_desc *desc, void **out);
+/* Unmap an imported block (its memory lives on while others map it). */
+XSEG_API xseg_status xseg_unimport(xseg_t *xs, void *ptr);
+/* Give `device` read-write access to every mapping of the allocator (its
+ * tags', dedicated and imported blocks) and to every later one. */
+XSEG_API xseg_status xseg_enable_peer(xseg_t *xs, int device);
+typedef struct xseg_share_stats {
+    uint32_t size;             /* caller sets sizeof(xseg_share_stats) */
+    uint32_t handle_types;     /* types of new dedicated handles (1: fd, 2: fabric) */
+    uint64_t peers;            /* bit d: device d has access to new mappings */
+    xseg_counter dedicated_blocks, dedicated_bytes; /* mapped whole granules */
+    xseg_counter imported_blocks, imported_bytes;
+    uint64_t exports;          /* descriptions made */
+    uint64_t exported_live;    /* dedicated blocks exported and not yet freed */
+    uint64_t refused_imports;  /* imports refused (bad descriptions) */
+    char why[160];             /* why handle_types is what it is (shareable:auto's fallback) */
+} xseg_share_stats;
+XSEG_API xseg_status xseg_share_stats_get(xseg_t *xs, xseg_share_stats *out);
 
 #ifdef __cplusplus
 }

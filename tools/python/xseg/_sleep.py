@@ -187,7 +187,7 @@ def _mode_value(mode, name):
     return MODES[mode]
 
 
-def plan(tags=None, mode="discard"):
+def plan(tags=None, mode="backup"):
     """{tag name: mode number} of a sleep call (sleep()'s arguments)."""
     if isinstance(mode, dict):
         names = _names(tuple(mode) if tags is None else tags)
@@ -283,12 +283,13 @@ def _torch_wake(device, names):
         _graphs_asleep.discard(device)
 
 
-def sleep(tags=None, mode="discard", device=None):
+def sleep(tags=None, mode="backup", device=None):
     """Put the memory of `tags` of a device to sleep.
 
     tags: a name or names (default ("weights",); with a dict `mode`, its
-    keys).  mode: "discard" (contents lost: KV caches, scratch), "backup"
-    (copied to pinned host memory, restored on wake: weights), or a dict
+    keys).  mode: "backup" (the default: copied to pinned host memory,
+    restored on wake: weights), "discard" (contents lost: KV caches,
+    scratch), or a dict
     {tag: mode}.  Addresses stay valid; until wake_up(), allocations of
     those tags raise/fail with XSEG_ERR_ASLEEP and kernels touching them
     fault.  All or nothing.  Returns the names put to sleep."""
