@@ -78,16 +78,24 @@ def set_hooks(handle):
     return tuple(done)
 
 
-def install(conf=None, patch_torch=True):
+def install(conf=None, patch_torch=True, native=None):
     """Switch PyTorch to xseg; call before PyTorch's first CUDA allocation.
 
     conf: None (XSEG_CONF), a "key:value,..." string or a dict
     (docs/config.md); verbose:on and handle_size:page are added for the
-    keys it does not name (TORCH_DEFAULTS).  patch_torch: make torch.cuda.memory_stats and the
-    functions built on it (memory_allocated, max_memory_reserved, ...),
+    keys it does not name (TORCH_DEFAULTS).  native: None tries the native
+    allocator (xseg/_native.py: built on first use, raises
+    torch.OutOfMemoryError, torch's own stats) and falls back to the
+    pluggable one, saying why on stderr; True requires it; False uses the
+    pluggable one.  patch_torch (pluggable only): make torch.cuda.memory_stats
+    and the functions built on it (memory_allocated, max_memory_reserved, ...),
     reset_peak_memory_stats and memory_summary read xseg, since PyTorch's
-    pluggable allocator does not support them.  Returns the
-    torch.cuda.memory.CUDAPluggableAllocator in use."""
+    pluggable allocator does not support them.  Returns the native module or
+    the torch.cuda.memory.CUDAPluggableAllocator in use;
+    xseg._native.USED["mode"] says which ("native" or "pluggable")."""
+    import sys  # noqa: PLC0415
+
+    from . import _native  # noqa: PLC0415
     with _lock:
         if _state["allocator"] is not None:
             return _again(conf)
@@ -97,6 +105,22 @@ def install(conf=None, patch_torch=True):
         check_backend(_conf.effective_text(text))
         _lib.load()
         apply_conf(text)
+        if native is None or native:
+            try:
+                mod = _native.install(torch, _lib.path())
+            except _native.NativeUnavailable as e:
+                if native:
+                    raise
+                sys.stderr.write(f"xseg.install(): pluggable allocator ({e})\n")
+                _native.USED.update(mode="pluggable", why=str(e))
+            else:
+                _state.update(allocator=mod, conf=text)
+                _native.USED.update(mode="native", why="")
+                sys.stderr.write(f"xseg.install(): native allocator (torch "
+                                 f"{mod.built_torch_version()})\n")
+                return mod
+        else:
+            _native.USED.update(mode="pluggable", why="native=False")
         alloc = _swap(torch)
         _state.update(allocator=alloc, conf=text)
         if not has_graph_hooks():

@@ -61,18 +61,18 @@ constexpr int kMaxDevices = 64;
 struct Counter {
   uint64_t current, peak, total;
 };
-constexpr int kOps = 19; // XSEG_OP_COUNT
-struct Stats { // struct xseg_stats, the prefix this file reads
-  uint32_t size, version;
-  int32_t device;
-  uint32_t reserved0;
+// The fields of struct xseg_stats read here.  The struct is read by offset:
+// driver_calls has XSEG_OP_COUNT entries, which grows with the library
+// (counted at load time through xseg_op_name), and the scalars follow it.
+struct Stats {
   Counter allocated_bytes, requested_bytes, active_blocks, reserved_va_bytes,
       mapped_bytes, cached_bytes, segments, handles;
-  uint64_t driver_calls[kOps];
+  uint64_t map_calls, unmap_calls;
   uint64_t driver_errors, alloc_calls, free_calls, alloc_retries, ooms, syncs,
       gc_runs, trims, released_bytes, deferred_frees, largest_free_block,
       mapped_cap, device_total, page_size;
 };
+constexpr size_t kHeader = 16, kCounters = 8; // size, version, device, reserved0
 struct PoolId {
   uint64_t first, second;
 };
@@ -82,7 +82,9 @@ struct Api {
   const char* (*last_error)() = nullptr;
   const char* (*version)() = nullptr;
   int (*get_default)(int, void**) = nullptr;
-  int (*get_stats)(void*, Stats*) = nullptr;
+  int (*get_stats)(void*, void*) = nullptr;
+  const char* (*op_name)(int) = nullptr;
+  int nops = 0;
   int (*reset_peak)(void*) = nullptr;
   int (*block_size)(void*, const void*, size_t*, size_t*) = nullptr;
   int (*snapshot_json)(void*, char*, size_t, size_t*) = nullptr;
@@ -97,7 +99,7 @@ struct Api {
   void (*release_pool)(int, PoolId) = nullptr;
 };
 static Api api;
-constexpr int kMapOp = 4, kUnmapOp = 5; // XSEG_OP_MAP, XSEG_OP_UNMAP
+constexpr int kMapOp = 4, kUnmapOp = 5; // XSEG_OP_MAP, XSEG_OP_UNMAP (stable values)
 
 template <typename F>
 static void sym(void* lib, const char* name, F& slot, std::string& missing) {
@@ -119,6 +121,7 @@ static void load_api(const std::string& path) {
   sym(lib, "xseg_version", a.version, missing);
   sym(lib, "xseg_default", a.get_default, missing);
   sym(lib, "xseg_get_stats", a.get_stats, missing);
+  sym(lib, "xseg_op_name", a.op_name, missing);
   sym(lib, "xseg_reset_peak", a.reset_peak, missing);
   sym(lib, "xseg_block_size", a.block_size, missing);
   sym(lib, "xseg_snapshot_json", a.snapshot_json, missing);
@@ -133,6 +136,10 @@ static void load_api(const std::string& path) {
   sym(lib, "xseg_torch_release_pool", a.release_pool, missing);
   TORCH_CHECK(missing.empty(), "xseg native: ", path, " lacks ", missing,
               "; rebuild libxseg from the same source tree");
+  while (a.op_name && a.nops < 256 && std::strcmp(a.op_name(a.nops), "unknown") != 0)
+    a.nops++;
+  TORCH_CHECK(a.nops > kUnmapOp, "xseg native: ", path, " names only ", a.nops,
+              " driver operations");
   api = a;
 }
 
@@ -148,10 +155,38 @@ static void* default_xs(int device) {
   return xs;
 }
 
+// Stats of xs into *out; the library's status.
+static int stats_of(void* xs, Stats* out) {
+  alignas(8) unsigned char raw[4096] = {};
+  uint32_t size = sizeof raw;
+  std::memcpy(raw, &size, sizeof size);
+  int st = api.get_stats(xs, raw);
+  if (st != 0)
+    return st;
+  auto word = [&](size_t i) {
+    uint64_t v;
+    std::memcpy(&v, raw + kHeader + 8 * i, sizeof v);
+    return v;
+  };
+  Counter* c = &out->allocated_bytes;
+  for (size_t i = 0; i < kCounters; i++)
+    c[i] = Counter{word(3 * i), word(3 * i + 1), word(3 * i + 2)};
+  size_t calls = 3 * kCounters, k = calls + (size_t)api.nops;
+  out->map_calls = word(calls + kMapOp);
+  out->unmap_calls = word(calls + kUnmapOp);
+  uint64_t* tail[] = {&out->driver_errors, &out->alloc_calls, &out->free_calls,
+                      &out->alloc_retries, &out->ooms, &out->syncs, &out->gc_runs,
+                      &out->trims, &out->released_bytes, &out->deferred_frees,
+                      &out->largest_free_block, &out->mapped_cap, &out->device_total,
+                      &out->page_size};
+  for (uint64_t* f : tail)
+    *f = word(k++);
+  return 0;
+}
+
 static Stats read_stats(int device) {
   Stats st{};
-  st.size = sizeof st;
-  TORCH_CHECK(api.get_stats(default_xs(device), &st) == 0,
+  TORCH_CHECK(stats_of(default_xs(device), &st) == 0,
               "xseg native: xseg_get_stats(device ", device, "): ", last_error());
   return st;
 }
@@ -459,8 +494,8 @@ class XsegAllocator final : public cca::CUDAAllocator {
     ds.num_alloc_retries = (int64_t)(st.alloc_retries - base.alloc_retries);
     ds.num_ooms = (int64_t)(st.ooms - base.ooms);
     ds.num_sync_all_streams = (int64_t)(st.syncs - base.syncs);
-    ds.num_device_alloc = (int64_t)(st.driver_calls[kMapOp] - base.driver_calls[kMapOp]);
-    ds.num_device_free = (int64_t)(st.driver_calls[kUnmapOp] - base.driver_calls[kUnmapOp]);
+    ds.num_device_alloc = (int64_t)(st.map_calls - base.map_calls);
+    ds.num_device_free = (int64_t)(st.unmap_calls - base.unmap_calls);
     return ds;
   }
   void resetAccumulatedStats(DeviceIndex device) override {
@@ -629,10 +664,9 @@ class XsegAllocator final : public cca::CUDAAllocator {
     if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
       (void)cudaGetLastError();
     Stats st{};
-    st.size = sizeof st;
     void* xs = nullptr;
     if (api.get_default(dev, &xs) == 0)
-      api.get_stats(xs, &st);
+      stats_of(xs, &st);
     std::vector<cca::OutOfMemoryObserver> obs;
     {
       std::lock_guard<std::mutex> g(mu_);
