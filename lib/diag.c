@@ -6,6 +6,8 @@
  * held. */
 #include <stdint.h>
 
+#include <stdio.h>
+
 #include "internal.h"
 
 static xblock *block_containing(const xseg_t *xs, uintptr_t p)
@@ -51,11 +53,12 @@ xseg_status xdiag_bad_pointer(xseg_t *xs, const void *ptr, const char *what)
 /* The config key or action that would help, by the limit that was hit: the
  * cap when the request, rounded as the allocator maps it (block rounding,
  * then whole pages), does not fit in what the cap leaves. */
-static const char *oom_hint(const xseg_t *xs, size_t size)
+static const char *oom_hint(xseg_t *xs, size_t size)
 {
     size_t page = xs->arena.page, r = xseg_round_size(xs, size);
+    size_t cap = xfam_cap(xs), mapped = xfam_mapped(xs); /* every tag's memory */
     r = r > SIZE_MAX - page ? SIZE_MAX : (r + page - 1) / page * page;
-    if (xs->cap != SIZE_MAX && (xs->mapped.cur >= xs->cap || r > xs->cap - xs->mapped.cur))
+    if (cap != SIZE_MAX && (mapped >= cap || r > cap - mapped))
         return "raise max_mapped or memory_fraction (the cap is the limit: the request, "
                "rounded up to whole pages, does not fit under it), or free memory";
     return "free memory (the device is full): xseg_trim other allocators, or lower "
@@ -76,18 +79,21 @@ static void oom_notify(xseg_t *xs, size_t size, const xseg_stats *st, size_t dev
 
 xseg_status xdiag_oom_report(xseg_t *xs, size_t size, const xseg_stats *stats)
 {
-    char r[32], a[32], m[32], c[32], cp[32], l[32], f[32];
-    size_t fr = 0, total = 0;
+    char r[32], a[32], m[32], c[32], cp[32], l[32], f[32], fm[32], fam[96] = "";
+    size_t fr = 0, total = 0, cap = xfam_cap(xs);
     xdrv_mem_info(xs, &fr, &total); /* counted (drv.c) */
     xs->ooms++;
+    if (xs->parent) /* a tag's allocator: the cap counts every tag's memory */
+        snprintf(fam, sizeof fam, " (tag %d; every tag: %s)", xs->tag,
+                 xseg_fmt_size(xfam_mapped(xs), fm, sizeof fm));
     xseg_fail(xs, XSEG_ERR_OOM,
               "xseg: out of memory on device %d: requested %s (%zu B); in use %s, "
-              "mapped %s, cached %s, cap %s, largest free block %s, device free %s; hint: %s",
+              "mapped %s%s, cached %s, cap %s, largest free block %s, device free %s; hint: %s",
               xs->device, xseg_fmt_size(size, r, sizeof r), size,
               xseg_fmt_size(xs->allocated.cur, a, sizeof a),
-              xseg_fmt_size(xs->mapped.cur, m, sizeof m),
+              xseg_fmt_size(xs->mapped.cur, m, sizeof m), fam,
               xseg_fmt_size(stats->cached_bytes.current, c, sizeof c),
-              xs->cap == SIZE_MAX ? "none" : xseg_fmt_size(xs->cap, cp, sizeof cp),
+              cap == SIZE_MAX ? "none" : xseg_fmt_size(cap, cp, sizeof cp),
               xseg_fmt_size(stats->largest_free_block, l, sizeof l), xseg_fmt_size(fr, f, sizeof f),
               oom_hint(xs, size));
     oom_notify(xs, size, stats, fr);
