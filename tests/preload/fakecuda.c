@@ -1,0 +1,268 @@
+/* fakecuda.c: libfakecuda.so, a stand-in for libcuda.so.1 in the preload
+ * tests (tests/test_preload.c).  Device memory is host memory from
+ * aligned_alloc, every live allocation is remembered (a free of anything
+ * else is CUDA_ERROR_INVALID_VALUE, as the real driver answers), every call
+ * is counted (fake_count), and cuGetProcAddress hands out the addresses of
+ * internal functions, not of the exported symbols, as the real driver does:
+ * so only cuGetProcAddress routing can bring a caller of the table to the
+ * preload library.  The current device is a per-thread number
+ * (fake_set_device; cuCtxPushCurrent takes a primary context of
+ * cuDevicePrimaryCtxRetain). */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fakecuda.h"
+
+#define FAKE_TOTAL (80ull << 30)
+
+static const char *const g_names[FC_COUNT] = {
+    "cuMemAlloc_v2", "cuMemAlloc", "cuMemFree_v2", "cuMemAllocAsync", "cuMemAllocAsync_ptsz",
+    "cuMemFreeAsync", "cuMemFreeAsync_ptsz", "cuMemGetInfo_v2", "cuCtxSynchronize",
+    "cuGetProcAddress", "alloc_dev0", "alloc_dev1"};
+static atomic_long g_counts[FC_COUNT];
+
+typedef struct live {
+    struct live *next;
+    uintptr_t ptr;
+    size_t size;
+} live;
+static live *g_live;
+static size_t g_live_bytes;
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Thread_local int t_dev, t_saved;
+
+long fake_count(const char *name)
+{
+    for (int i = 0; i < FC_COUNT; i++)
+        if (strcmp(name, g_names[i]) == 0)
+            return atomic_load(&g_counts[i]);
+    return -1;
+}
+
+void fake_set_device(int device)
+{
+    t_dev = device;
+}
+
+static void count(int c)
+{
+    atomic_fetch_add(&g_counts[c], 1);
+}
+
+int fake_owns(const void *ptr)
+{
+    pthread_mutex_lock(&g_lock);
+    live *l = g_live;
+    while (l && l->ptr != (uintptr_t)ptr)
+        l = l->next;
+    pthread_mutex_unlock(&g_lock);
+    return l != NULL;
+}
+
+void *fake_direct_alloc(size_t size)
+{
+    size_t n = (size + 255) / 256 * 256;
+    live *l = malloc(sizeof *l);
+    void *p = aligned_alloc(256, n);
+    if (!l || !p) {
+        free(l);
+        free(p);
+        return NULL;
+    }
+    l->ptr = (uintptr_t)p;
+    l->size = n;
+    pthread_mutex_lock(&g_lock);
+    l->next = g_live;
+    g_live = l;
+    g_live_bytes += n;
+    pthread_mutex_unlock(&g_lock);
+    return p;
+}
+
+static int fake_release(uintptr_t ptr)
+{
+    pthread_mutex_lock(&g_lock);
+    live **pp = &g_live;
+    while (*pp && (*pp)->ptr != ptr)
+        pp = &(*pp)->next;
+    live *l = *pp;
+    if (l) {
+        *pp = l->next;
+        g_live_bytes -= l->size;
+    }
+    pthread_mutex_unlock(&g_lock);
+    if (!l)
+        return FAKE_INVALID_VALUE;
+    free((void *)l->ptr);
+    free(l);
+    return 0;
+}
+
+/* ---- the internal functions (what cuGetProcAddress hands out) ---- */
+
+static int do_alloc(int which, fake_devptr *dptr, size_t size)
+{
+    count(which);
+    if (!dptr || size == 0)
+        return FAKE_INVALID_VALUE;
+    void *p = fake_direct_alloc(size);
+    if (!p)
+        return FAKE_OUT_OF_MEMORY;
+    count(t_dev == 0 ? FC_ALLOC_DEV0 : FC_ALLOC_DEV1);
+    *dptr = (fake_devptr)(uintptr_t)p;
+    return 0;
+}
+
+static int i_alloc(fake_devptr *d, size_t n) { return do_alloc(FC_cuMemAlloc_v2, d, n); }
+static int i_alloc_v1(unsigned *d, unsigned n)
+{
+    (void)d;
+    (void)n;
+    count(FC_cuMemAlloc);
+    return FAKE_INVALID_VALUE; /* 32-bit pointers: never used here */
+}
+static int i_free(fake_devptr p)
+{
+    count(FC_cuMemFree_v2);
+    return fake_release((uintptr_t)p);
+}
+static int i_alloc_async(fake_devptr *d, size_t n, void *s)
+{
+    (void)s;
+    return do_alloc(FC_cuMemAllocAsync, d, n);
+}
+static int i_alloc_async_ptsz(fake_devptr *d, size_t n, void *s)
+{
+    (void)s;
+    return do_alloc(FC_cuMemAllocAsync_ptsz, d, n);
+}
+static int i_free_async(fake_devptr p, void *s)
+{
+    (void)s;
+    count(FC_cuMemFreeAsync);
+    return fake_release((uintptr_t)p);
+}
+static int i_free_async_ptsz(fake_devptr p, void *s)
+{
+    (void)s;
+    count(FC_cuMemFreeAsync_ptsz);
+    return fake_release((uintptr_t)p);
+}
+static int i_info(size_t *f, size_t *t)
+{
+    count(FC_cuMemGetInfo_v2);
+    if (!f || !t)
+        return FAKE_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    *f = FAKE_TOTAL - g_live_bytes;
+    pthread_mutex_unlock(&g_lock);
+    *t = FAKE_TOTAL;
+    return 0;
+}
+static int i_ctx_get_device(int *d)
+{
+    *d = t_dev;
+    return 0;
+}
+static int i_sync(void)
+{
+    count(FC_cuCtxSynchronize);
+    return 0;
+}
+static int i_getproc2(const char *sym, void **pfn, int version, uint64_t flags, int *status);
+static int i_getproc1(const char *sym, void **pfn, int version, uint64_t flags)
+{
+    return i_getproc2(sym, pfn, version, flags, NULL);
+}
+
+#define FN(f) ((void *)(f))
+
+void *fake_v1_alloc_addr(void)
+{
+    return FN(i_alloc_v1);
+}
+
+static void *lookup(const char *sym, int version, uint64_t flags)
+{
+    int ptds = (flags & 2) != 0;
+    if (strcmp(sym, "cuMemAlloc") == 0)
+        return version >= 3020 ? FN(i_alloc) : FN(i_alloc_v1);
+    if (strcmp(sym, "cuMemFree") == 0)
+        return FN(i_free);
+    if (strcmp(sym, "cuMemGetInfo") == 0)
+        return FN(i_info);
+    if (strcmp(sym, "cuMemAllocAsync") == 0)
+        return ptds ? FN(i_alloc_async_ptsz) : FN(i_alloc_async);
+    if (strcmp(sym, "cuMemFreeAsync") == 0)
+        return ptds ? FN(i_free_async_ptsz) : FN(i_free_async);
+    if (strcmp(sym, "cuCtxGetDevice") == 0)
+        return FN(i_ctx_get_device);
+    if (strcmp(sym, "cuCtxSynchronize") == 0)
+        return FN(i_sync);
+    if (strcmp(sym, "cuGetProcAddress") == 0)
+        return version >= 12000 ? FN(i_getproc2) : FN(i_getproc1);
+    return NULL;
+}
+
+static int i_getproc2(const char *sym, void **pfn, int version, uint64_t flags, int *status)
+{
+    count(FC_cuGetProcAddress);
+    if (!sym || !pfn)
+        return FAKE_INVALID_VALUE;
+    *pfn = lookup(sym, version, flags);
+    if (status)
+        *status = *pfn ? 0 : 1;
+    return 0;
+}
+
+/* ---- the exported entry points ---- */
+
+int cuMemAlloc_v2(fake_devptr *d, size_t n) { return i_alloc(d, n); }
+int cuMemAlloc(unsigned *d, unsigned n) { return i_alloc_v1(d, n); }
+int cuMemFree_v2(fake_devptr p) { return i_free(p); }
+int cuMemAllocAsync(fake_devptr *d, size_t n, void *s) { return i_alloc_async(d, n, s); }
+int cuMemAllocAsync_ptsz(fake_devptr *d, size_t n, void *s) { return i_alloc_async_ptsz(d, n, s); }
+int cuMemFreeAsync(fake_devptr p, void *s) { return i_free_async(p, s); }
+int cuMemFreeAsync_ptsz(fake_devptr p, void *s) { return i_free_async_ptsz(p, s); }
+int cuMemGetInfo_v2(size_t *f, size_t *t) { return i_info(f, t); }
+int cuCtxGetDevice(int *d) { return i_ctx_get_device(d); }
+int cuCtxSynchronize(void) { return i_sync(); }
+int cuDeviceGet(int *dev, int ordinal)
+{
+    *dev = ordinal;
+    return 0;
+}
+int cuDevicePrimaryCtxRetain(void **ctx, int dev)
+{
+    *ctx = (void *)(intptr_t)(dev + 1);
+    return 0;
+}
+int cuDevicePrimaryCtxRelease_v2(int dev)
+{
+    (void)dev;
+    return 0;
+}
+int cuCtxPushCurrent_v2(void *ctx)
+{
+    t_saved = t_dev;
+    t_dev = (int)(intptr_t)ctx - 1;
+    return 0;
+}
+int cuCtxPopCurrent_v2(void **ctx)
+{
+    if (ctx)
+        *ctx = (void *)(intptr_t)(t_dev + 1);
+    t_dev = t_saved;
+    return 0;
+}
+int cuGetProcAddress_v2(const char *sym, void **pfn, int version, uint64_t flags, int *status)
+{
+    return i_getproc2(sym, pfn, version, flags, status);
+}
+int cuGetProcAddress(const char *sym, void **pfn, int version, uint64_t flags)
+{
+    return i_getproc1(sym, pfn, version, flags);
+}

@@ -1,0 +1,384 @@
+/* test_preload.c: libxseg_preload.so under an application that never names
+ * xseg (issue 17, docs/preload.md), on the host backend.  The application
+ * (tests/preload/preload_app.c) runs against stand-ins for the CUDA runtime
+ * and driver (tests/preload/fakecudart.c, fakecuda.c: malloc'd memory,
+ * counted calls, a driver table reached through cuGetProcAddress), once
+ * plainly and once with the preload library, and reports each call's
+ * result, whether the stand-in driver owns each pointer, and the stand-ins'
+ * counters.  The suite compares: xseg served the allocations, through every
+ * route (runtime, driver, cuGetProcAddress, dlsym, the runtime's table);
+ * the others reached the real functions with the same results; the cap
+ * shows in the memory info; fork, threads on two devices, a refused conf
+ * and the xseg-run wrapper behave. */
+#include <check.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "support_common.h"
+
+#define PRE_DIR XSEG_BINARY_DIR "/tests/preload"
+#define APP PRE_DIR "/preload_app"
+#define FAKE_DRV PRE_DIR "/libfakecuda.so"
+#define PRELOAD XSEG_BINARY_DIR "/tools/preload/libxseg_preload.so"
+#define XSEG_RUN XSEG_BINARY_DIR "/tools/preload/xseg-run"
+#define CONF "backend:host,max_mapped:256m"
+#define OUT_CAP (1 << 16)
+
+typedef struct run {
+    int status;
+    char out[OUT_CAP];
+    char err[OUT_CAP];
+} run;
+
+static void slurp(int fd, char *buf)
+{
+    size_t n = 0;
+    ssize_t r;
+    while (n + 1 < OUT_CAP && (r = read(fd, buf + n, OUT_CAP - 1 - n)) > 0)
+        n += (size_t)r;
+    buf[n] = '\0';
+}
+
+/* Run argv with the stand-ins' settings, `preload` (NULL: none) in
+ * LD_PRELOAD and `env` ("NAME=value" strings, NULL-terminated) set. */
+static void spawn(run *r, char *const argv[], const char *preload, const char *const *env)
+{
+    char errpath[] = "/tmp/xseg_preload_errXXXXXX";
+    int efd = mkstemp(errpath);
+    int out[2];
+    ck_assert_int_ge(efd, 0);
+    ck_assert_int_eq(pipe(out), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(out[1], 1);
+        dup2(efd, 2);
+        close(out[0]);
+        setenv("FAKE_LIBCUDA", FAKE_DRV, 1);
+        setenv("XSEG_PRELOAD_LIBCUDA", FAKE_DRV, 1);
+        setenv("XSEG_CONF", CONF, 1);
+        setenv("ASAN_OPTIONS", "verify_asan_link_order=0", 1); /* sanitizer builds */
+        unsetenv("XSEG_PRELOAD_FREE");
+        unsetenv("XSEG_PRELOAD_STATS");
+        unsetenv("LD_PRELOAD");
+        if (preload)
+            setenv("LD_PRELOAD", preload, 1);
+        for (size_t i = 0; env && env[i]; i++)
+            putenv((char *)env[i]);
+        execv(argv[0], argv);
+        _exit(126);
+    }
+    close(out[1]);
+    slurp(out[0], r->out);
+    close(out[0]);
+    int st = 0;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    lseek(efd, 0, SEEK_SET);
+    slurp(efd, r->err);
+    close(efd);
+    unlink(errpath);
+}
+
+static void app(run *r, const char *mode, const char *preload, const char *const *env)
+{
+    char *argv[] = {(char *)APP, (char *)mode, NULL};
+    spawn(r, argv, preload, env);
+}
+
+/* The line that starts with `head` (followed by a space), or NULL. */
+static const char *line(const char *out, const char *head)
+{
+    size_t n = strlen(head);
+    for (const char *p = out; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (strncmp(p, head, n) == 0 && p[n] == ' ')
+            return p + n + 1;
+    return NULL;
+}
+
+/* "op NAME rc=R fake=F": 1 when found. */
+static int op(const char *out, const char *name, int *rc, int *fake)
+{
+    char head[128];
+    snprintf(head, sizeof head, "op %s", name);
+    const char *l = line(out, head);
+    return l && sscanf(l, "rc=%d fake=%d", rc, fake) == 2;
+}
+
+static long count(const char *out, const char *name)
+{
+    char head[128];
+    long v = -1;
+    snprintf(head, sizeof head, "count %s", name);
+    const char *l = line(out, head);
+    return l && sscanf(l, "%ld", &v) == 1 ? v : -1;
+}
+
+static void meminfo(const char *out, const char *which, size_t *free_b, size_t *total)
+{
+    char head[64];
+    int rc = -1;
+    snprintf(head, sizeof head, "meminfo %s", which);
+    const char *l = line(out, head);
+    ck_assert_msg(l && sscanf(l, "rc=%d free=%zu total=%zu", &rc, free_b, total) == 3,
+                  "no meminfo %s line in:\n%s", which, out);
+    ck_assert_int_eq(rc, 0);
+}
+
+static void assert_clean(const run *r, const char *what)
+{
+    ck_assert_msg(r->status == 0 && !strstr(r->out, " FAIL"),
+                  "%s: exit %d\n--- stdout\n%s\n--- stderr\n%s", what, r->status, r->out, r->err);
+}
+
+static void assert_op(const run *r, const char *name, int rc, int fake)
+{
+    int got_rc = -9, got_fake = -9;
+    ck_assert_msg(op(r->out, name, &got_rc, &got_fake), "no op %s in:\n%s", name, r->out);
+    ck_assert_msg(got_rc == rc && got_fake == fake, "op %s: rc=%d fake=%d, expected rc=%d fake=%d",
+                  name, got_rc, got_fake, rc, fake);
+}
+
+static run g_base, g_pre;
+
+static void basic_runs(void)
+{
+    app(&g_base, "basic", NULL, NULL);
+    app(&g_pre, "basic", PRELOAD, NULL);
+    assert_clean(&g_base, "without preload");
+    assert_clean(&g_pre, "with preload");
+}
+
+/* Every call gives the same result with and without xseg; every
+ * allocation the stand-in served without it, xseg serves with it. */
+START_TEST(same_results_xseg_serves)
+{
+    basic_runs();
+    int n = 0, served = 0;
+    for (const char *p = g_base.out; (p = strstr(p, "op ")) != NULL; p += 3) {
+        char name[64];
+        int rc, fake, rc2, fake2;
+        if (sscanf(p, "op %63s rc=%d fake=%d", name, &rc, &fake) != 3)
+            continue;
+        ck_assert_msg(op(g_pre.out, name, &rc2, &fake2), "op %s missing with preload", name);
+        ck_assert_msg(rc == rc2, "op %s: rc %d without xseg, %d with it", name, rc, rc2);
+        n++;
+        if (strncmp(name, "alloc_", 6) == 0 && strcmp(name, "alloc_rt_zero") != 0) {
+            ck_assert_msg(fake == 1 && fake2 == 0, "op %s: stand-in owns it %d / %d", name, fake,
+                          fake2);
+            served++;
+        }
+    }
+    ck_assert_int_ge(n, 30);
+    ck_assert_int_ge(served, 15);
+}
+END_TEST
+
+/* The stand-ins saw only what xseg passes through: the zero-size
+ * cudaMalloc, the foreign, garbage and NULL frees. */
+START_TEST(stand_ins_see_only_pass_through)
+{
+    basic_runs();
+    ck_assert_int_gt(count(g_base.out, "fake.cuMemAlloc_v2"), 10);
+    ck_assert_int_eq(count(g_pre.out, "fake.cuMemAlloc_v2"), 0);
+    ck_assert_int_eq(count(g_pre.out, "fake.cuMemAllocAsync"), 0);
+    ck_assert_int_eq(count(g_pre.out, "fake.cuMemAllocAsync_ptsz"), 0);
+    ck_assert_int_eq(count(g_pre.out, "fake.alloc_dev0"), 0);
+    ck_assert_int_eq(count(g_pre.out, "fakert.cudaMalloc"), 1);      /* size 0 */
+    ck_assert_int_eq(count(g_pre.out, "fakert.cudaMallocAsync"), 0);
+    ck_assert_int_eq(count(g_pre.out, "fakert.cudaFree"), 3);        /* foreign, garbage, NULL */
+    ck_assert_int_eq(count(g_pre.out, "fake.cuMemFree_v2"), 5);      /* 2 foreign, 2 garbage, 0 */
+    ck_assert_int_eq(count(g_pre.out, "fake.cuMemFreeAsync"), 0);
+    assert_op(&g_pre, "free_foreign_rt", 0, -1);  /* reached the real free, which knew it */
+    assert_op(&g_pre, "free_garbage_rt", 1, -1);  /* and its error */
+    assert_op(&g_pre, "free_null_rt", 0, -1);
+}
+END_TEST
+
+/* Pointers from cuGetProcAddress (both versions), from dlsym on a handle
+ * and the runtime's own driver table reach xseg; the 32-bit cuMemAlloc
+ * asked with an old ABI version is left alone. */
+START_TEST(get_proc_address_routing)
+{
+    basic_runs();
+    static const char *const routes[] = {"alloc_getproc_v2", "alloc_getproc_v1", "alloc_dlsym",
+                                         "alloc_table", "alloc_drv_async_ptsz"};
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        assert_op(&g_base, routes[i], 0, 1);
+        assert_op(&g_pre, routes[i], 0, 0);
+    }
+    ck_assert_ptr_nonnull(strstr(g_pre.out, "check getproc_32bit_untouched ok"));
+    ck_assert_ptr_nonnull(strstr(g_pre.out, "check alloc_ctor ok"));
+    assert_op(&g_pre, "alloc_ctor", 0, 0); /* before main */
+}
+END_TEST
+
+/* cudaMemGetInfo / cuMemGetInfo report the cap (256 MiB, 32 MiB live);
+ * without a cap the real figures. */
+START_TEST(mem_info_reports_cap)
+{
+    basic_runs();
+    size_t f, t;
+    meminfo(g_base.out, "rt", &f, &t);
+    ck_assert_uint_eq(t, 80ull << 30);
+    for (int i = 0; i < 2; i++) {
+        meminfo(g_pre.out, i ? "drv" : "rt", &f, &t);
+        ck_assert_uint_eq(t, 256 * MiB);
+        ck_assert_uint_le(f, 224 * MiB);
+        ck_assert_uint_ge(f, 200 * MiB);
+    }
+    run r;
+    const char *env[] = {"XSEG_CONF=backend:host", NULL};
+    app(&r, "basic", PRELOAD, env);
+    assert_clean(&r, "no cap");
+    meminfo(r.out, "rt", &f, &t);
+    ck_assert_uint_eq(t, 80ull << 30);
+}
+END_TEST
+
+/* cudaFree of xseg memory waits for the device (cuCtxSynchronize) unless
+ * XSEG_PRELOAD_FREE=stream. */
+START_TEST(free_synchronises_unless_stream)
+{
+    basic_runs();
+    ck_assert_int_eq(count(g_base.out, "fake.cuCtxSynchronize"), 0);
+    ck_assert_int_ge(count(g_pre.out, "fake.cuCtxSynchronize"), 10);
+    run r;
+    const char *env[] = {"XSEG_PRELOAD_FREE=stream", NULL};
+    app(&r, "basic", PRELOAD, env);
+    assert_clean(&r, "stream frees");
+    ck_assert_int_eq(count(r.out, "fake.cuCtxSynchronize"), 0);
+    ck_assert_int_eq(count(r.out, "fake.cuMemAlloc_v2"), 0);
+}
+END_TEST
+
+/* A fork child passes through (its inherited allocator refuses); the
+ * parent goes on with xseg. */
+START_TEST(fork_child_passes_through)
+{
+    run r;
+    app(&r, "fork", PRELOAD, NULL);
+    assert_clean(&r, "fork");
+    assert_op(&r, "alloc_parent", 0, 0);
+    assert_op(&r, "alloc_child", 0, 1);
+    assert_op(&r, "free_child", 0, -1);
+    assert_op(&r, "free_child_parents", 1, -1); /* not the child's: the real free says so */
+    assert_op(&r, "free_parent", 0, -1);
+    assert_op(&r, "alloc_parent_after", 0, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "check child_exit ok"));
+}
+END_TEST
+
+/* Eight threads, four on device 0 (xseg) and four on device 1, which the
+ * host backend does not have: those pass through to the stand-in. */
+START_TEST(threads_on_two_devices)
+{
+    run r;
+    app(&r, "threads", PRELOAD, NULL);
+    assert_clean(&r, "threads");
+    for (int i = 0; i < 8; i++) {
+        char head[32];
+        int dev, fake, of, errors;
+        snprintf(head, sizeof head, "thread %d", i);
+        const char *l = line(r.out, head);
+        ck_assert_msg(l && sscanf(l, "dev %d fake=%d of=%d errors=%d", &dev, &fake, &of,
+                                  &errors) == 4, "no %s line in:\n%s", head, r.out);
+        ck_assert_int_eq(errors, 0);
+        ck_assert_int_eq(of, 400);
+        ck_assert_int_eq(fake, dev == 0 ? 0 : of);
+    }
+    ck_assert_int_eq(count(r.out, "fake.alloc_dev0"), 0);
+    ck_assert_int_eq(count(r.out, "fake.alloc_dev1"), 4 * 400);
+}
+END_TEST
+
+/* A conf xseg refuses: said on stderr, every call passes through. */
+START_TEST(refused_conf_passes_through)
+{
+    run r;
+    const char *env[] = {"XSEG_CONF=backend:host,no_such_key:1", NULL};
+    app(&r, "basic", PRELOAD, env);
+    assert_clean(&r, "refused conf");
+    ck_assert_ptr_nonnull(strstr(r.err, "refused"));
+    assert_op(&r, "alloc_rt_4096", 0, 1);
+    assert_op(&r, "alloc_getproc_v2", 0, 1);
+}
+END_TEST
+
+/* XSEG_PRELOAD_STATS: xseg's stats of each device at exit, %p the pid. */
+START_TEST(stats_at_exit)
+{
+    char dir[] = "/tmp/xseg_preload_statsXXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char env0[128], path[160];
+    snprintf(env0, sizeof env0, "XSEG_PRELOAD_STATS=%s/s.%%p", dir);
+    const char *env[] = {env0, NULL};
+    run r;
+    app(&r, "basic", PRELOAD, env);
+    assert_clean(&r, "stats");
+    snprintf(path, sizeof path, "%s/s.", dir);
+    char cmd[256], text[OUT_CAP] = "";
+    snprintf(cmd, sizeof cmd, "cat %s/s.* 2>/dev/null", dir);
+    FILE *f = popen(cmd, "r");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    text[n] = '\0';
+    if (f)
+        pclose(f);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_msg(strstr(text, "\"device\":0") && strstr(text, "\"alloc_calls\""),
+                  "stats file under %s: %s", path, text);
+}
+END_TEST
+
+/* xseg-run sets LD_PRELOAD (keeping what was there) and XSEG_CONF. */
+START_TEST(xseg_run_wrapper)
+{
+    run r;
+    char *help[] = {(char *)XSEG_RUN, (char *)"--help", NULL};
+    spawn(&r, help, NULL, NULL);
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "usage: xseg-run"));
+    char *argv[] = {(char *)XSEG_RUN, (char *)"--conf", (char *)CONF, (char *)"--",
+                    (char *)APP, (char *)"basic", NULL};
+    spawn(&r, argv, FAKE_DRV, NULL); /* an LD_PRELOAD already set: kept */
+    assert_clean(&r, "xseg-run");
+    assert_op(&r, "alloc_rt_4096", 0, 0);
+    size_t f, t;
+    meminfo(r.out, "rt", &f, &t);
+    ck_assert_uint_eq(t, 256 * MiB);
+    char *none[] = {(char *)XSEG_RUN, NULL};
+    spawn(&r, none, NULL, NULL);
+    ck_assert_int_eq(r.status, 2);
+}
+END_TEST
+
+int main(void)
+{
+    struct stat st;
+    if (stat(PRELOAD, &st) != 0 || stat(APP, &st) != 0) {
+        fprintf(stderr, "test_preload: %s or %s not built (XSEG_BUILD_TOOLS off?): skipped\n",
+                PRELOAD, APP);
+        return 77;
+    }
+    Suite *s = suite_create("preload");
+    TCase *tc = tcase_create("preload");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, same_results_xseg_serves);
+    tcase_add_test(tc, stand_ins_see_only_pass_through);
+    tcase_add_test(tc, get_proc_address_routing);
+    tcase_add_test(tc, mem_info_reports_cap);
+    tcase_add_test(tc, free_synchronises_unless_stream);
+    tcase_add_test(tc, fork_child_passes_through);
+    tcase_add_test(tc, threads_on_two_devices);
+    tcase_add_test(tc, refused_conf_passes_through);
+    tcase_add_test(tc, stats_at_exit);
+    tcase_add_test(tc, xseg_run_wrapper);
+    suite_add_tcase(s, tc);
+    return t_run(s);
+}

@@ -1,0 +1,84 @@
+/* preload.h: shared declarations of libxseg_preload.so (docs/preload.md):
+ * the table of the CUDA entry points it interposes or calls (resolve.c),
+ * the routing to xseg's process-wide allocators (route.c) and the
+ * interposed functions themselves (wrap.c, resolve.c).  No CUDA header is
+ * needed: the few types are spelled here with the ABI of CUDA 12 and 13. */
+#ifndef XSEG_PRELOAD_H
+#define XSEG_PRELOAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef int pl_result;                  /* CUresult and cudaError_t alike */
+typedef unsigned long long pl_devptr;   /* CUdeviceptr (v2) */
+typedef void *pl_stream;                /* CUstream, cudaStream_t */
+
+#define PL_SUCCESS 0
+#define PL_ERR_INVALID_VALUE 1          /* cudaErrorInvalidValue, CUDA_ERROR_INVALID_VALUE */
+#define PL_ERR_OUT_OF_MEMORY 2          /* cudaErrorMemoryAllocation, CUDA_ERROR_OUT_OF_MEMORY */
+#define PL_ERR_NOT_INITIALIZED 3        /* cudaErrorInitializationError, CUDA_ERROR_NOT_INITIALIZED */
+#define PL_STREAM_LEGACY ((pl_stream)0x1)
+#define PL_STREAM_PER_THREAD ((pl_stream)0x2)
+#define PL_PROC_PER_THREAD 2            /* CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM */
+#define PL_MAX_DEVICES 64
+
+/* Every function of the table: interposed ones first. */
+enum pl_slot {
+    S_cudaMalloc, S_cudaFree, S_cudaMallocAsync, S_cudaMallocAsync_ptsz, S_cudaFreeAsync,
+    S_cudaFreeAsync_ptsz, S_cudaMemGetInfo,
+    S_cuMemAlloc_v2, S_cuMemFree_v2, S_cuMemAllocAsync, S_cuMemAllocAsync_ptsz,
+    S_cuMemFreeAsync, S_cuMemFreeAsync_ptsz, S_cuMemGetInfo_v2, S_cuGetProcAddress,
+    S_cuGetProcAddress_v2,
+    S_INTERPOSED, /* the ones below are only called */
+    S_cudaGetDevice = S_INTERPOSED, S_cuCtxGetDevice, S_cuCtxSynchronize, S_cuDeviceGet,
+    S_cuDevicePrimaryCtxRetain, S_cuDevicePrimaryCtxRelease_v2, S_cuCtxPushCurrent_v2,
+    S_cuCtxPopCurrent_v2,
+    S_COUNT
+};
+
+/* ---- resolve.c ---- */
+/* The real function of a slot (the next definition after this library, or
+ * the one found in libcuda / libcudart, or the one the application's own
+ * dlsym / cuGetProcAddress was given); NULL when none can be found. */
+void *pl_real(enum pl_slot slot);
+/* Set while this thread runs xseg or a real CUDA function for this
+ * library: interposed functions then pass straight through. */
+extern _Thread_local int pl_inside;
+
+/* ---- route.c ---- */
+enum { PL_SERVED, PL_PASS, PL_FAILED };
+/* Allocate from the allocator of `device`: PL_SERVED (*out set), PL_PASS
+ * (xseg does not serve this device: call the real function) or PL_FAILED
+ * (out of memory: return the error). */
+int pl_alloc(int device, size_t size, pl_stream stream, void **out);
+/* Free ptr if xseg handed it out: PL_SERVED, PL_PASS (not xseg's: call the
+ * real function) or PL_FAILED (inside xseg's range but not a live block).
+ * async: the free is ordered on `stream` (cudaFreeAsync); otherwise the
+ * device is synchronised first, as the real cudaFree / cuMemFree do. */
+int pl_free(void *ptr, int async, pl_stream stream);
+/* Bring the real figures of cudaMemGetInfo to the cap of `device`'s
+ * allocator, when one is set. */
+void pl_meminfo(int device, size_t *free_bytes, size_t *total_bytes);
+
+/* ---- the interposed functions (wrap.c, resolve.c), the only exports ---- */
+#define PL_EXPORT __attribute__((visibility("default")))
+PL_EXPORT pl_result cudaMalloc(void **ptr, size_t size);
+PL_EXPORT pl_result cudaFree(void *ptr);
+PL_EXPORT pl_result cudaMallocAsync(void **ptr, size_t size, pl_stream stream);
+PL_EXPORT pl_result cudaMallocAsync_ptsz(void **ptr, size_t size, pl_stream stream);
+PL_EXPORT pl_result cudaFreeAsync(void *ptr, pl_stream stream);
+PL_EXPORT pl_result cudaFreeAsync_ptsz(void *ptr, pl_stream stream);
+PL_EXPORT pl_result cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
+PL_EXPORT pl_result cuMemAlloc_v2(pl_devptr *ptr, size_t size);
+PL_EXPORT pl_result cuMemFree_v2(pl_devptr ptr);
+PL_EXPORT pl_result cuMemAllocAsync(pl_devptr *ptr, size_t size, pl_stream stream);
+PL_EXPORT pl_result cuMemAllocAsync_ptsz(pl_devptr *ptr, size_t size, pl_stream stream);
+PL_EXPORT pl_result cuMemFreeAsync(pl_devptr ptr, pl_stream stream);
+PL_EXPORT pl_result cuMemFreeAsync_ptsz(pl_devptr ptr, pl_stream stream);
+PL_EXPORT pl_result cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes);
+PL_EXPORT pl_result cuGetProcAddress(const char *symbol, void **pfn, int version, uint64_t flags);
+PL_EXPORT pl_result cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
+                                        uint64_t flags, int *status);
+/* dlsym is interposed too (resolve.c), with dlfcn.h's declaration. */
+
+#endif /* XSEG_PRELOAD_H */

@@ -1,0 +1,280 @@
+/* route.c: what libxseg_preload.so does with a call once it has one: the
+ * device's process-wide xseg allocator (xseg_default, created lazily and
+ * thread-safely from XSEG_CONF, backend cuda unless the conf names one),
+ * allocation, free (xseg's pointers only: xseg_default_owner tells them
+ * apart without side effects), the free's synchronisation, the cap in
+ * cudaMemGetInfo, and the stats written at exit (XSEG_PRELOAD_STATS).
+ * A device xseg cannot serve (no backend, no such device, a fork child's
+ * inherited allocator) is passed through to CUDA for good, once said on
+ * stderr with XSEG_PRELOAD_VERBOSE=1. */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <xseg.h>
+
+#include "preload.h"
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static int g_off;          /* the conf was refused: everything passes through */
+static int g_sync_free = 1;
+static int g_verbose;
+static const char *g_stats_path;
+static _Atomic(xseg_t *) g_xs[PL_MAX_DEVICES];
+static atomic_int g_pass[PL_MAX_DEVICES];
+static atomic_int g_inherited[PL_MAX_DEVICES]; /* in a fork child: the parent's allocators */
+
+static void say(const char *fmt, ...)
+{
+    if (!g_verbose)
+        return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "xseg-preload[%d]: %s\n", (int)getpid(), line);
+}
+
+/* ---- start-up ---- */
+
+/* Whether "key:value,..." names key `backend`. */
+static int names_backend(const char *conf)
+{
+    for (const char *p = conf; p && *p;) {
+        p += strspn(p, " \t,");
+        size_t n = strcspn(p, ":,");
+        while (n && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+            n--;
+        if (n == 7 && strncmp(p, "backend", 7) == 0)
+            return 1;
+        p += strcspn(p, ",");
+    }
+    return 0;
+}
+
+static void write_stats(void);
+
+/* The parent's allocators refuse service in the child (XSEG_ERR_FORKED):
+ * their devices pass through, and so do frees of their pointers. */
+static void on_fork_child(void)
+{
+    for (int d = 0; d < PL_MAX_DEVICES; d++)
+        if (atomic_load(&g_xs[d])) {
+            atomic_store(&g_inherited[d], 1);
+            atomic_store(&g_pass[d], 1);
+        }
+}
+
+static void set_conf(void)
+{
+    const char *env = getenv("XSEG_CONF");
+    env = env ? env : "";
+    size_t len = strlen(env) + 32;
+    char *conf = malloc(len);
+    if (!conf) {
+        g_off = 1;
+        return;
+    }
+    snprintf(conf, len, "%s%s%s", names_backend(env) ? "" : "backend:cuda",
+             names_backend(env) || !*env ? "" : ",", env);
+    if (xseg_set_default_conf(conf) != XSEG_OK) {
+        fprintf(stderr, "xseg-preload: XSEG_CONF \"%s\" refused: %s; every CUDA call passes "
+                        "through\n", env, xseg_last_error());
+        g_off = 1;
+    }
+    say("conf \"%s\"", conf);
+    free(conf);
+}
+
+static void init(void)
+{
+    const char *v = getenv("XSEG_PRELOAD_VERBOSE");
+    g_verbose = v && *v && strcmp(v, "0") != 0;
+    const char *f = getenv("XSEG_PRELOAD_FREE");
+    if (f && strcmp(f, "stream") == 0)
+        g_sync_free = 0;
+    else if (f && *f && strcmp(f, "sync") != 0)
+        fprintf(stderr, "xseg-preload: XSEG_PRELOAD_FREE=%s is neither sync nor stream; "
+                        "sync is used\n", f);
+    set_conf();
+    pthread_atfork(NULL, NULL, on_fork_child);
+    g_stats_path = getenv("XSEG_PRELOAD_STATS");
+    if (g_stats_path && *g_stats_path)
+        atexit(write_stats);
+}
+
+/* ---- devices ---- */
+
+static void pass_device(int d, const char *why)
+{
+    if (d >= 0 && d < PL_MAX_DEVICES && !atomic_exchange(&g_pass[d], 1))
+        say("device %d: %s; its calls pass through to CUDA from now on", d, why);
+}
+
+/* The allocator of device d, created on first use; NULL: pass through. */
+static xseg_t *device_xs(int d)
+{
+    pthread_once(&g_once, init);
+    if (g_off || d < 0 || d >= PL_MAX_DEVICES || atomic_load(&g_pass[d]))
+        return NULL;
+    xseg_t *xs = atomic_load_explicit(&g_xs[d], memory_order_acquire);
+    if (xs)
+        return xs;
+    if (xseg_default(d, &xs) != XSEG_OK) {
+        pass_device(d, xseg_last_error());
+        return NULL;
+    }
+    atomic_store_explicit(&g_xs[d], xs, memory_order_release);
+    say("device %d: xseg allocator created (backend %s)", d, xseg_backend_name(xs));
+    return xs;
+}
+
+int pl_alloc(int device, size_t size, pl_stream stream, void **out)
+{
+    int old = pl_inside, r = PL_PASS;
+    pl_inside = 1;
+    xseg_t *xs = device_xs(device);
+    if (xs) {
+        xseg_status st = xseg_alloc(xs, size, stream, out);
+        if (st == XSEG_OK) {
+            r = PL_SERVED;
+        } else if (st == XSEG_ERR_FORKED) {
+            pass_device(device, "allocator inherited from the parent of a fork");
+        } else {
+            r = PL_FAILED;
+            say("allocation of %zu bytes on device %d: %s", size, device, xseg_last_error());
+        }
+    }
+    pl_inside = old;
+    return r;
+}
+
+/* ---- free ---- */
+
+typedef pl_result (*fn_int_p)(int *);
+typedef pl_result (*fn_int_int_p)(int *, int);
+typedef pl_result (*fn_void)(void);
+typedef pl_result (*fn_ctx_dev)(void **, int);
+typedef pl_result (*fn_dev)(int);
+typedef pl_result (*fn_ctx)(void *);
+typedef pl_result (*fn_ctx_p)(void **);
+
+#define FN(var, type, slot) \
+    type var;               \
+    do {                    \
+        void *p_ = pl_real(slot); \
+        memcpy(&var, &p_, sizeof p_); \
+    } while (0)
+
+/* Wait for the work queued on device d, as cudaFree and cuMemFree do
+ * before memory can be used again: its current context when it is the
+ * thread's, else its primary context pushed for the time of the call. */
+static void sync_device(int d)
+{
+    FN(get_dev, fn_int_p, S_cuCtxGetDevice);
+    FN(sync, fn_void, S_cuCtxSynchronize);
+    int cur = -1, dev = 0;
+    void *ctx = NULL, *old = NULL;
+    if (!sync)
+        return;
+    if (get_dev && get_dev(&cur) == PL_SUCCESS && cur == d) {
+        sync();
+        return;
+    }
+    FN(dev_get, fn_int_int_p, S_cuDeviceGet);
+    FN(retain, fn_ctx_dev, S_cuDevicePrimaryCtxRetain);
+    FN(release, fn_dev, S_cuDevicePrimaryCtxRelease_v2);
+    FN(push, fn_ctx, S_cuCtxPushCurrent_v2);
+    FN(pop, fn_ctx_p, S_cuCtxPopCurrent_v2);
+    if (!dev_get || !retain || !release || !push || !pop || dev_get(&dev, d) != PL_SUCCESS ||
+        retain(&ctx, dev) != PL_SUCCESS)
+        return;
+    if (push(ctx) == PL_SUCCESS) {
+        sync();
+        pop(&old);
+    }
+    release(dev);
+}
+
+int pl_free(void *ptr, int async, pl_stream stream)
+{
+    xseg_t *xs = NULL;
+    int d = -1, old = pl_inside, r = PL_PASS;
+    if (xseg_default_owner(ptr, &xs, &d) != XSEG_OK || atomic_load(&g_inherited[d]))
+        return PL_PASS; /* not xseg's, or xseg's of the parent of a fork */
+    pl_inside = 1;
+    if (async)
+        (void)xseg_record_stream(xs, ptr, stream); /* a bad pointer: the free says why */
+    else if (g_sync_free)
+        sync_device(d);
+    xseg_status st = xseg_free(xs, ptr);
+    if (st == XSEG_OK) {
+        r = PL_SERVED;
+    } else if (st != XSEG_ERR_FORKED) {
+        r = PL_FAILED;
+        say("free of %p on device %d: %s", ptr, d, xseg_last_error());
+    }
+    pl_inside = old;
+    return r;
+}
+
+/* ---- memory info ---- */
+
+void pl_meminfo(int device, size_t *free_bytes, size_t *total_bytes)
+{
+    int old = pl_inside;
+    pl_inside = 1;
+    xseg_t *xs = device_xs(device); /* NULL for a fork parent's device */
+    xseg_stats st = {.size = sizeof st};
+    if (xs && xseg_get_stats(xs, &st) == XSEG_OK && st.mapped_cap) {
+        size_t cap = st.mapped_cap, live = st.allocated_bytes.current;
+        size_t cached = st.mapped_bytes.current > live ? st.mapped_bytes.current - live : 0;
+        size_t room = cap > live ? cap - live : 0;  /* what the cap still allows */
+        size_t phys = *free_bytes + cached;         /* what the device can still give */
+        if (phys < *free_bytes)
+            phys = SIZE_MAX;
+        *free_bytes = room < phys ? room : phys;
+        if (cap < *total_bytes)
+            *total_bytes = cap;
+    }
+    pl_inside = old;
+}
+
+/* ---- stats at exit ---- */
+
+static void write_one(FILE *f, int d, xseg_t *xs)
+{
+    static char buf[1 << 16];
+    size_t len = 0;
+    if (xseg_stats_json(xs, buf, sizeof buf, &len) != XSEG_OK)
+        return;
+    fprintf(f, "{\"pid\":%d,\"device\":%d,\"stats\":%s}\n", (int)getpid(), d, buf);
+}
+
+static void write_stats(void)
+{
+    char path[4096];
+    const char *pid = strstr(g_stats_path, "%p");
+    if (pid)
+        snprintf(path, sizeof path, "%.*s%d%s", (int)(pid - g_stats_path), g_stats_path,
+                 (int)getpid(), pid + 2);
+    else
+        snprintf(path, sizeof path, "%s", g_stats_path);
+    FILE *f = fopen(path, "a");
+    if (!f) {
+        fprintf(stderr, "xseg-preload: XSEG_PRELOAD_STATS: cannot open %s\n", path);
+        return;
+    }
+    pl_inside = 1;
+    for (int d = 0; d < PL_MAX_DEVICES; d++) {
+        xseg_t *xs = atomic_load(&g_xs[d]);
+        if (xs && !atomic_load(&g_inherited[d]))
+            write_one(f, d, xs);
+    }
+    fclose(f);
+}
