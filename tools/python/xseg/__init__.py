@@ -13,6 +13,7 @@ Pure Python over libxseg.so (ctypes).  The public functions:
     tag(name)               `with xseg.tag("weights"):` tags the thread's allocations
     sleep(tags, mode, device), wake_up(tags, device)   give memory back, keep addresses
     tag_stats(device)       per-tag live, mapped, sleeping and backup bytes
+    cupy_allocator(stream)  xseg for cupy.cuda.set_allocator (docs/preload.md)
     reset_peak_stats(device), last_error(), library_path(), version()
 
 See docs/pytorch.md in the xseg source tree.
@@ -26,6 +27,7 @@ from ._stats import (backend, empty_cache, graph_pools, history_json, memory_sta
                      stats_json)
 from ._sleep import current_tag, sleep, tag, tag_stats, wake_up
 from ._summary import summary
+from .cupy import cupy_allocator
 from ._torch import has_graph_hooks, hooks, install, installed
 
 __version__ = "0.1.0"
@@ -37,7 +39,8 @@ def version():
 
 
 __all__ = [
-    "XsegError", "backend", "current_tag", "empty_cache", "format_conf", "graph_pools",
+    "XsegError", "backend", "cupy_allocator", "current_tag", "empty_cache", "format_conf",
+    "graph_pools",
     "has_graph_hooks", "history_json", "hooks", "install", "installed", "last_error",
     "library_path", "memory_stats", "prometheus", "raw_stats", "reset_peak_stats", "set_conf",
     "sleep", "snapshot_json", "stats_dict", "stats_json", "summary", "tag", "tag_stats",
