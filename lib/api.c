@@ -39,7 +39,16 @@ xseg_status xseg_create_with_driver(xseg_t **out, int device, const char *conf,
         return xseg_fail(NULL, XSEG_ERR_INVALID_ARG, "xseg_create: out is NULL");
     *out = NULL;
     xseg_fork_init();
-    return xlife_create(out, device, conf, drv, atomic_load(&xseg_fork_gen_now));
+    xseg_status st = xlife_create(out, device, conf, drv, atomic_load(&xseg_fork_gen_now));
+    if (st == XSEG_OK && ((*out)->conf.peer_access || (*out)->conf.registrable_min) &&
+        (st = xshare_setup(*out)) != XSEG_OK) { /* peer_access applies from the start */
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", xseg_last_error());
+        xlife_destroy(*out, 1);
+        *out = NULL;
+        st = xseg_fail(NULL, st, "%s", msg);
+    }
+    return st;
 }
 
 xseg_status xseg_destroy(xseg_t *xs)
@@ -67,6 +76,7 @@ xseg_status xseg_destroy(xseg_t *xs)
                 xtc_detach_all(c);
         }
     }
+    xshare_fini(xs, !child); /* dedicated and imported blocks (share.c) */
     return xlife_destroy(xs, !child);
 }
 
@@ -181,6 +191,10 @@ xseg_status xapi_alloc(xseg_t *xs, size_t size, void *stream, void **out)
                                  "of %zu); raise va_size", size,
                                  xs->arena.size - xs->arena.page, xs->arena.size,
                                  xs->arena.page));
+    if (xs->conf.registrable_min && size >= xs->conf.registrable_min) {
+        xseg_status st = xshare_alloc(xs, size, stream, out); /* a dedicated block */
+        return refused(xs, &xs->alloc_calls, st);
+    }
     size_t rounded = xseg_round_size(xs, size), block = 0;
     int cls = xsmall_class(xs, rounded);
     if (cls >= 0)
@@ -253,6 +267,9 @@ xseg_status xseg_free(xseg_t *xs, void *ptr)
         return refused(xs, &xs->free_calls,
                        xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_free: pointer is NULL"));
     xs = owner_of(xs, ptr); /* a tag's memory is freed by its allocator */
+    xseg_status st;
+    if (xfam(xs)->share && !xseg_in_range(xs, (uintptr_t)ptr) && xshare_free(xs, ptr, &st))
+        return refused(xs, &xs->free_calls, st); /* a dedicated block (share.c) */
     /* While asleep a free drops the block at once (not into a cache that
      * wake would map again). */
     if (xs->tc_on && !atomic_load_explicit(&xs->asleep, memory_order_relaxed) &&
@@ -260,7 +277,7 @@ xseg_status xseg_free(xseg_t *xs, void *ptr)
         return XSEG_OK;
     xlock_lock(&xs->lock);
     xs->free_calls++;
-    xseg_status st = xseg_free_locked(xs, (uintptr_t)ptr);
+    st = xseg_free_locked(xs, (uintptr_t)ptr);
     if (st == XSEG_OK)
         xseg_shm(xs);
     xlock_unlock(&xs->lock);
@@ -275,6 +292,9 @@ xseg_status xseg_record_stream(xseg_t *xs, void *ptr, void *stream)
     xs = owner_of(xs, ptr);
     uintptr_t tag;
     xseg_status st = XSEG_OK;
+    if (xfam(xs)->share && !xseg_in_range(xs, (uintptr_t)ptr) &&
+        xshare_record_stream(xs, ptr, stream, &st))
+        return st;
     xlock_lock(&xs->lock);
     if (!xseg_live_tag(xs, (uintptr_t)ptr, &tag)) {
         st = xdiag_bad_pointer(xs, ptr, "xseg_record_stream");
@@ -310,6 +330,9 @@ xseg_status xseg_block_size(xseg_t *xs, const void *ptr, size_t *rounded, size_t
     xs = owner_of(xs, ptr);
     uintptr_t tag;
     xseg_status st = XSEG_OK;
+    if (xfam(xs)->share && !xseg_in_range(xs, (uintptr_t)ptr) &&
+        xshare_block_size(xs, ptr, rounded, requested, &st))
+        return st;
     xlock_lock(&xs->lock);
     if (!xseg_live_tag(xs, (uintptr_t)ptr, &tag)) {
         st = xdiag_bad_pointer(xs, ptr, "xseg_block_size");
@@ -547,4 +570,42 @@ static xseg_status oom_handled(xseg_t *xs, size_t size, void *stream, void **out
         xseg_fail(NULL, XSEG_ERR_OOM, "%s (the out-of-memory handler did not ask for a "
                   "retry)", first);
     return st;
+}
+
+/* ---- sharing (share.c does the work; docs/sharing.md) ---- */
+
+xseg_status xseg_alloc_registrable(xseg_t *xs, size_t size, void *stream, void **out)
+{
+    CHECK_XS(xs);
+    return refused(xs, &xs->alloc_calls, xshare_alloc(xs, size, stream, out));
+}
+
+xseg_status xseg_export(xseg_t *xs, const void *ptr, xseg_export_desc *desc)
+{
+    CHECK_XS(xs);
+    return xshare_export(xs, ptr, desc);
+}
+
+xseg_status xseg_import(xseg_t *xs, const xseg_export_desc *desc, void **out)
+{
+    CHECK_XS(xs);
+    return xshare_import(xs, desc, out);
+}
+
+xseg_status xseg_unimport(xseg_t *xs, void *ptr)
+{
+    CHECK_XS(xs);
+    return xshare_unimport(xs, ptr);
+}
+
+xseg_status xseg_enable_peer(xseg_t *xs, int device)
+{
+    CHECK_XS(xs);
+    return xshare_enable_peer(xs, device);
+}
+
+xseg_status xseg_share_stats_get(xseg_t *xs, xseg_share_stats *out)
+{
+    CHECK_XS(xs);
+    return xshare_stats(xs, out);
 }

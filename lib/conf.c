@@ -409,6 +409,49 @@ static const char *parse_reclaim(const char *v, size_t n, void *f, const conf_ke
     return NULL;
 }
 
+/* off|fd|fabric|auto, case-insensitive (shareable). */
+static const char *parse_shareable(const char *v, size_t n, void *f, const conf_key *k)
+{
+    static const char *const words[] = {"off", "fd", "fabric", "auto"};
+    (void)k;
+    for (int i = 0; i < 4; i++)
+        if (word_is(v, n, words[i])) {
+            *(int *)f = i; /* XSEG_SHARE_OFF .. XSEG_SHARE_AUTO */
+            return NULL;
+        }
+    return "unknown handle type";
+}
+
+/* none|all, or device numbers 0..62 joined by '+' (peer_access). */
+static const char *parse_peers(const char *v, size_t n, void *f, const conf_key *k)
+{
+    uint64_t mask = 0;
+    (void)k;
+    if (word_is(v, n, "none") || word_is(v, n, "off")) {
+        *(uint64_t *)f = 0;
+        return NULL;
+    }
+    if (word_is(v, n, "all")) {
+        *(uint64_t *)f = XSEG_PEERS_ALL;
+        return NULL;
+    }
+    for (size_t i = 0; i < n;) {
+        size_t d = 0, start = i;
+        const char *why = scan_digits(v, n, &i, &d);
+        if (why)
+            return why;
+        if (i == start || d > 62)
+            return "a device number is from 0 to 62";
+        mask |= (uint64_t)1 << d;
+        if (i < n && v[i] != '+')
+            return "devices are joined by +";
+        if (i < n && ++i == n)
+            return "a device number is missing after +";
+    }
+    *(uint64_t *)f = mask;
+    return NULL;
+}
+
 /* ---- the table of keys -------------------------------------------------- */
 
 #define KEY(key, type, def, parse, min, max, expect) \

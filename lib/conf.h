@@ -5,6 +5,7 @@
 #define XSEG_CONF_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "xseg.h"
 
 typedef enum xseg_backend_kind {
@@ -44,6 +45,11 @@ enum { XSEG_RECLAIM_AUTO = 0, XSEG_RECLAIM_SYNC = 1, XSEG_RECLAIM_WORKER = 2 };
 
 /* Where a request goes inside the free block chosen for it. */
 enum { XSEG_PLACE_START = 0, XSEG_PLACE_PAGES = 1 };
+
+/* shareable: the handle type of dedicated blocks (docs/sharing.md). */
+enum { XSEG_SHARE_OFF = 0, XSEG_SHARE_FD = 1, XSEG_SHARE_FABRIC = 2, XSEG_SHARE_AUTO = 3 };
+/* peer_access:all (every device but the allocator's own). */
+#define XSEG_PEERS_ALL (~(uint64_t)0)
 
 #define XSEG_CONF_KIB ((size_t)1 << 10)
 #define XSEG_CONF_MIB ((size_t)1 << 20)
@@ -119,7 +125,14 @@ X(premap, size_t, XSEG_PREMAP_OFF, premap, 0, 0, "auto, off, or a size such as 6
 X(reclaim, int, XSEG_RECLAIM_AUTO, reclaim, 0, 0, "auto, sync or worker") \
 /* XSEG_SIZE_AUTO, or the most the worker may hold in flight */ \
 X(reclaim_inflight, size_t, XSEG_SIZE_AUTO, size_auto, 0, 0, \
-  "auto, 0, or a size such as 256MB")
+  "auto, 0, or a size such as 256MB") \
+/* sharing (docs/sharing.md): XSEG_SHARE_*, the handle type of dedicated blocks */ \
+X(shareable, int, XSEG_SHARE_AUTO, shareable, 0, 0, "off, fd, fabric or auto") \
+/* bit d: device d has access to every mapping; XSEG_PEERS_ALL: every device */ \
+X(peer_access, uint64_t, 0, peers, 0, 0, \
+  "none, all, or device numbers 0 to 62 joined by + such as 1+3") \
+/* 0 = off: requests of at least this size get a dedicated block */ \
+X(registrable_min, size_t, 0, cap, 0, 0, "none or 0 (off), or a size such as 256MB")
 /* clang-format on */
 
 #define XSEG_CONF_MEMBER(key, type, ...) type key;

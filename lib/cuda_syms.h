@@ -48,6 +48,10 @@
     X(MemFreeHost, 2000)                        \
     X(MemcpyDtoHAsync, 3020)                    \
     X(MemcpyHtoDAsync, 3020)                    \
-    X(GetErrorName, 6000)
+    X(GetErrorName, 6000)                       \
+    X(MemExportToShareableHandle, 10020)        \
+    X(MemImportFromShareableHandle, 10020)      \
+    X(DeviceCanAccessPeer, 4000)                \
+    X(DeviceGetUuid, 9020)
 
 #endif /* XSEG_CUDA_SYMS_H */

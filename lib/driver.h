@@ -31,6 +31,24 @@
  *    order; copy_wait() returns once every copy queued has completed (or
  *    the first failure of any).  host: memcpy, done at once.  A table may
  *    leave these NULL: the layer answers XDRV_NOT_SUPPORTED.
+ *  - Sharing (docs/sharing.md; a table may leave these NULL: the layer
+ *    answers XDRV_NOT_SUPPORTED, share_types 0):
+ *    share_types() says which XDRV_HT_* types create_as() accepts on this
+ *    device.  create_as() is create() with those types requested (0: as
+ *    create); a handle made so can be given to export_fd(), which returns
+ *    a new descriptor the caller owns (close it; it keeps the memory alive
+ *    while open, as the handle does).  import_fd() makes a handle of the
+ *    `size` bytes behind a descriptor another process exported (the
+ *    descriptor stays the caller's); it is mapped, given access and
+ *    released as any handle, and its memory lives until the last handle
+ *    or mapping of it, in any process, is gone.  set_peers() sets the
+ *    devices that every later set_access() gives read-write access to, as
+ *    well as the context's own (n = 0: its own only); it checks each can
+ *    reach the context's device and changes nothing on failure.
+ *    reg_granularity() is the recommended granularity of a handle that
+ *    registration (NCCL, dmabuf) asks for; device_uuid() the device's
+ *    identity across processes (16 bytes).  granularity, share_types,
+ *    set_peers, reg_granularity and device_uuid are not counted.
  */
 #ifndef XSEG_DRIVER_H
 #define XSEG_DRIVER_H
@@ -63,6 +81,15 @@ enum {
                                                (conf host_driver_latency) */
 };
 
+/* Shareable handle types (create_as, share_types): bits. */
+enum {
+    XDRV_HT_FD = 1u << 0,     /* CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR; host: memfd */
+    XDRV_HT_FABRIC = 1u << 1  /* CU_MEM_HANDLE_TYPE_FABRIC */
+};
+
+/* Most peer devices set_peers takes. */
+#define XDRV_MAX_PEERS 63
+
 typedef struct xseg_driver {
     const char *name;
     /* Open `device`.  capacity: host backend's simulated memory (ignored
@@ -92,6 +119,14 @@ typedef struct xseg_driver {
     const char *(*error_name)(int code);
     /* XDRV_CAP_* bits (last, so tables written before it read 0). */
     unsigned caps;
+    /* Sharing (after caps: tables written before them read NULL). */
+    unsigned (*share_types)(void *ctx);
+    int (*create_as)(void *ctx, size_t size, unsigned types, uint64_t *handle);
+    int (*export_fd)(void *ctx, uint64_t handle, int *fd);
+    int (*import_fd)(void *ctx, int fd, size_t size, uint64_t *handle);
+    int (*set_peers)(void *ctx, const int *devices, int n);
+    int (*reg_granularity)(void *ctx, size_t *bytes);
+    int (*device_uuid)(void *ctx, unsigned char uuid[16]);
 } xseg_driver;
 
 extern const xseg_driver xseg_driver_host;

@@ -7,7 +7,12 @@
  * cuda_syms.h, comes from cuGetProcAddress at a fixed ABI version; the rest
  * of the library gets them from here (xseg_cuda_sym).  Each operation runs with the
  * device's primary context (retained by init) current on the calling thread,
- * so the allocator shares memory and streams with the CUDA runtime. */
+ * so the allocator shares memory and streams with the CUDA runtime.
+ * Sharing (driver.h): handles requested with POSIX file-descriptor and/or
+ * fabric types (create_as; the device attributes say which it takes),
+ * exported and imported as file descriptors; set_access gives access to
+ * the device and to the peers set_peers chose, one descriptor each, in one
+ * cuMemSetAccess. */
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <dlfcn.h>
@@ -90,7 +95,11 @@ typedef struct cuda_ctx {
     CUcontext primary;
     size_t granularity;
     CUmemAllocationProp prop;
-    CUmemAccessDesc access;
+    unsigned share_types;     /* XDRV_HT_* the device takes (attributes, at init) */
+    size_t reg_granularity;   /* recommended granularity (registration), at init */
+    pthread_mutex_t acc_mu;   /* guards acc: set_peers runs beside set_access (tags) */
+    CUmemAccessDesc acc[1 + XDRV_MAX_PEERS]; /* the device's own, then the peers' */
+    int nacc;
     pthread_mutex_t copy_mu;  /* guards copy_stream's creation (shared ctx) */
     CUstream copy_stream;     /* sleep and wake copies, created on first use */
 } cuda_ctx;
@@ -352,9 +361,36 @@ static void fill_props(cuda_ctx *c)
     if (g_api.DeviceGetAttribute(&rdma, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED,
                                  c->dev) == CUDA_SUCCESS && rdma)
         c->prop.allocFlags.gpuDirectRDMACapable = 1;
-    memset(&c->access, 0, sizeof c->access);
-    c->access.location = c->prop.location;
-    c->access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    memset(c->acc, 0, sizeof c->acc);
+    c->acc[0].location = c->prop.location;
+    c->acc[0].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    c->nacc = 1;
+}
+
+/* The shareable handle types the device takes (a failed query: none). */
+static void probe_share_types(cuda_ctx *c)
+{
+    int fd = 0, fabric = 0;
+
+    c->share_types = 0;
+    if (g_api.DeviceGetAttribute(&fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                                 c->dev) == CUDA_SUCCESS && fd)
+        c->share_types |= XDRV_HT_FD;
+    if (g_api.DeviceGetAttribute(&fabric, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED,
+                                 c->dev) == CUDA_SUCCESS && fabric)
+        c->share_types |= XDRV_HT_FABRIC;
+}
+
+/* The handle types of cuda.h for XDRV_HT_* bits. */
+static CUmemAllocationHandleType handle_types(unsigned types)
+{
+    unsigned t = 0;
+
+    if (types & XDRV_HT_FD)
+        t |= CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    if (types & XDRV_HT_FABRIC)
+        t |= CU_MEM_HANDLE_TYPE_FABRIC;
+    return (CUmemAllocationHandleType)t;
 }
 
 static int query_granularity(cuda_ctx *c, char *err, size_t errlen)
@@ -375,6 +411,17 @@ static int query_granularity(cuda_ctx *c, char *err, size_t errlen)
         return XDRV_UNKNOWN;
     }
     c->granularity = g;
+    c->reg_granularity = g;
+    if (c->share_types) { /* the recommended one, for handles of the shareable types */
+        CUmemAllocationProp p = c->prop;
+        size_t r = 0;
+        p.requestedHandleTypes = handle_types(c->share_types);
+        if (ctx_enter(c, &pushed) == CUDA_SUCCESS &&
+            leave_with(pushed, g_api.MemGetAllocationGranularity(
+                                   &r, &p, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)) == CUDA_SUCCESS &&
+            r >= g && r % g == 0)
+            c->reg_granularity = r;
+    }
     return XDRV_SUCCESS;
 }
 
@@ -391,6 +438,7 @@ static int open_ctx(cuda_ctx *c, char *err, size_t errlen)
     if (rc != CUDA_SUCCESS)
         return fail(err, errlen, c->ordinal, "cuDevicePrimaryCtxRetain", rc);
     fill_props(c);
+    probe_share_types(c);
     rc = query_granularity(c, err, errlen);
     if (rc != XDRV_SUCCESS)
         (void)g_api.DevicePrimaryCtxRelease(c->dev);
@@ -417,8 +465,10 @@ static int cuda_init(void **ctx, int device, size_t capacity, char *err, size_t 
     }
     c->ordinal = device;
     pthread_mutex_init(&c->copy_mu, NULL);
+    pthread_mutex_init(&c->acc_mu, NULL);
     rc = open_ctx(c, err, errlen);
     if (rc != XDRV_SUCCESS) {
+        pthread_mutex_destroy(&c->acc_mu);
         pthread_mutex_destroy(&c->copy_mu);
         free(c);
         return rc;
@@ -439,6 +489,7 @@ static void cuda_fini(void *ctx)
             (void)leave_with(pushed, g_api.StreamDestroy(c->copy_stream));
     }
     (void)g_api.DevicePrimaryCtxRelease(c->dev);
+    pthread_mutex_destroy(&c->acc_mu);
     pthread_mutex_destroy(&c->copy_mu);
     free(c);
 }
@@ -557,18 +608,24 @@ static int cuda_unmap(void *ctx, uintptr_t va, size_t size)
     return leave_with(pushed, g_api.MemUnmap((CUdeviceptr)va, size));
 }
 
+/* The device's own access and the peers' (set_peers), one call. */
 static int cuda_set_access(void *ctx, uintptr_t va, size_t size)
 {
-    const cuda_ctx *c = ctx;
+    cuda_ctx *c = ctx;
+    CUmemAccessDesc acc[1 + XDRV_MAX_PEERS];
     int pushed = 0;
-    int rc;
+    int rc, n;
 
     if (!placed(c, va, size))
         return XDRV_INVALID_VALUE;
+    pthread_mutex_lock(&c->acc_mu);
+    n = c->nacc;
+    memcpy(acc, c->acc, (size_t)n * sizeof acc[0]);
+    pthread_mutex_unlock(&c->acc_mu);
     rc = ctx_enter(c, &pushed);
     if (rc != CUDA_SUCCESS)
         return rc;
-    return leave_with(pushed, g_api.MemSetAccess((CUdeviceptr)va, size, &c->access, 1));
+    return leave_with(pushed, g_api.MemSetAccess((CUdeviceptr)va, size, acc, (size_t)n));
 }
 
 /* ---- events and streams ----------------------------------------------- */
@@ -723,6 +780,140 @@ static int cuda_copy_wait(void *ctx)
     return leave_with(pushed, rc);
 }
 
+/* ---- sharing ---------------------------------------------------------- */
+
+static unsigned cuda_share_types(void *ctx)
+{
+    return ((const cuda_ctx *)ctx)->share_types;
+}
+
+/* create() with shareable types requested (the device must take them). */
+static int cuda_create_as(void *ctx, size_t size, unsigned types, uint64_t *handle)
+{
+    const cuda_ctx *c = ctx;
+    CUmemAllocationProp p = c->prop;
+    CUmemGenericAllocationHandle h = 0;
+    int pushed = 0;
+    int rc;
+
+    if (handle == NULL || !sized(c, size))
+        return XDRV_INVALID_VALUE;
+    if (types & ~c->share_types)
+        return XDRV_NOT_SUPPORTED;
+    p.requestedHandleTypes = handle_types(types);
+    rc = ctx_enter(c, &pushed);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    rc = leave_with(pushed, g_api.MemCreate(&h, size, &p, 0));
+    if (rc == CUDA_SUCCESS)
+        *handle = (uint64_t)h;
+    return rc;
+}
+
+static int cuda_export_fd(void *ctx, uint64_t handle, int *fd)
+{
+    int out = -1;
+    int pushed = 0;
+    int rc;
+
+    if (fd == NULL)
+        return XDRV_INVALID_VALUE;
+    rc = ctx_enter(ctx, &pushed);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    rc = leave_with(pushed, g_api.MemExportToShareableHandle(
+                                &out, (CUmemGenericAllocationHandle)handle,
+                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+    if (rc == CUDA_SUCCESS)
+        *fd = out;
+    return rc;
+}
+
+/* The size is the mapping's business (cuMemMap checks it). */
+static int cuda_import_fd(void *ctx, int fd, size_t size, uint64_t *handle)
+{
+    CUmemGenericAllocationHandle h = 0;
+    int pushed = 0;
+    int rc;
+
+    if (handle == NULL || fd < 0 || !sized(ctx, size))
+        return XDRV_INVALID_VALUE;
+    rc = ctx_enter(ctx, &pushed);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    rc = leave_with(pushed, g_api.MemImportFromShareableHandle(
+                                &h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    if (rc == CUDA_SUCCESS)
+        *handle = (uint64_t)h;
+    return rc;
+}
+
+/* Peer `ordinal` can reach the context's device (XDRV_SUCCESS), or why not. */
+static int peer_ok(const cuda_ctx *c, int ordinal, int count)
+{
+    CUdevice peer = 0;
+    int can = 0;
+    int rc;
+
+    if (ordinal < 0 || ordinal >= count || ordinal == c->ordinal)
+        return XDRV_INVALID_DEVICE;
+    rc = (int)g_api.DeviceGet(&peer, ordinal);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    rc = (int)g_api.DeviceCanAccessPeer(&can, peer, c->dev);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    return can ? XDRV_SUCCESS : XDRV_NOT_SUPPORTED;
+}
+
+static int cuda_set_peers(void *ctx, const int *devices, int n)
+{
+    cuda_ctx *c = ctx;
+    CUmemAccessDesc acc[1 + XDRV_MAX_PEERS];
+    int count = 0;
+    int rc;
+
+    if (n < 0 || n > XDRV_MAX_PEERS || (n > 0 && devices == NULL))
+        return XDRV_INVALID_VALUE;
+    rc = (int)g_api.DeviceGetCount(&count);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    acc[0] = c->acc[0];
+    for (int i = 0; i < n; i++) {
+        rc = peer_ok(c, devices[i], count);
+        if (rc != XDRV_SUCCESS)
+            return rc;
+        acc[1 + i] = acc[0];
+        acc[1 + i].location.id = devices[i];
+    }
+    pthread_mutex_lock(&c->acc_mu);
+    memcpy(c->acc, acc, (size_t)(n + 1) * sizeof acc[0]);
+    c->nacc = n + 1;
+    pthread_mutex_unlock(&c->acc_mu);
+    return XDRV_SUCCESS;
+}
+
+static int cuda_reg_granularity(void *ctx, size_t *bytes)
+{
+    if (bytes == NULL)
+        return XDRV_INVALID_VALUE;
+    *bytes = ((const cuda_ctx *)ctx)->reg_granularity;
+    return XDRV_SUCCESS;
+}
+
+static int cuda_device_uuid(void *ctx, unsigned char uuid[16])
+{
+    CUuuid u;
+    int rc;
+
+    if (uuid == NULL)
+        return XDRV_INVALID_VALUE;
+    rc = (int)g_api.DeviceGetUuid(&u, ((const cuda_ctx *)ctx)->dev);
+    if (rc == CUDA_SUCCESS)
+        memcpy(uuid, u.bytes, 16);
+    return rc;
+}
+
 static const xseg_driver xseg_driver_cuda = {
     .name = "cuda",
     .init = cuda_init,
@@ -747,6 +938,13 @@ static const xseg_driver xseg_driver_cuda = {
     .copy = cuda_copy,
     .copy_wait = cuda_copy_wait,
     .error_name = cuda_error_name,
+    .share_types = cuda_share_types,
+    .create_as = cuda_create_as,
+    .export_fd = cuda_export_fd,
+    .import_fd = cuda_import_fd,
+    .set_peers = cuda_set_peers,
+    .reg_granularity = cuda_reg_granularity,
+    .device_uuid = cuda_device_uuid,
 };
 
 const xseg_driver *const xseg_driver_cuda_ptr = &xseg_driver_cuda;

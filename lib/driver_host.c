@@ -13,6 +13,16 @@
  *    granule index (va >> 21) finds the mapping of any address in O(1).
  *  - Events complete at once unless their stream is held (test control);
  *    held streams count records (seq) and completions (done).
+ *  - Shareable handles (create_as XDRV_HT_FD): a memfd of their own each,
+ *    so that export_fd hands out a dup of it and import_fd (of a memfd, big
+ *    enough: checked) maps the same pages in another process; the memory
+ *    lives until its last descriptor and mapping are gone, in any process,
+ *    as a CUDA allocation lives until its last handle.  Imported handles
+ *    are not charged to the simulated capacity (the exporter's memory).
+ *  - Peers: the backend plays HOST_DEVICES devices; device 0 is the one
+ *    opened, the others exist as peers only: set_peers chooses who
+ *    set_access gives access to, recorded per granule (a device mask) so
+ *    tests can read it (xseg_host_access_mask).
  *  - Latency model (xseg_host_set_latency): create, release, map, unmap and
  *    set_access can be made to last as long as the CUDA driver's do (per
  *    call or handle, plus per 2 MiB); the time is spent spinning after the
@@ -29,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -44,6 +55,7 @@
 #define PV_START ((uint64_t)1)  /* granule value: first granule of a map */
 #define PV_ACCESS ((uint64_t)2) /* granule value: set_access done */
 #define FILE_MAX ((uint64_t)INT64_MAX)
+#define HOST_DEVICES 8 /* device 0 and seven simulated peers */
 
 /* ---- context ------------------------------------------------------------ */
 
@@ -55,8 +67,10 @@ typedef struct hslot {
     uint64_t off, size;
     uint32_t gen;  /* bumped at release: stale ids fail */
     uint32_t maps; /* live maps of this handle */
-    uint32_t next; /* next FREE slot of the same size */
+    uint32_t next; /* next FREE slot of the same size (own fd: of any size) */
     uint8_t state;
+    uint8_t imported; /* import_fd: not charged to the capacity */
+    int fd;        /* a memfd of its own (shareable, imported), or -1: a range of ctx->memfd */
 } hslot;
 
 typedef struct hres {
@@ -83,7 +97,7 @@ typedef struct hevent {
 } hevent;
 
 enum { C_RES, C_RES_BYTES, C_HANDLES, C_HANDLE_BYTES, C_MAPS, C_MAP_BYTES,
-       C_EVENTS, C_N };
+       C_EVENTS, C_SHARED, C_IMPORTED, C_N };
 
 typedef struct host_ctx {
     pthread_mutex_t lock;
@@ -95,6 +109,9 @@ typedef struct host_ctx {
     size_t slots_cap;
     xseg_ptrmap free_by_size; /* size >> 21 -> first FREE slot of that size */
     xseg_ptrmap pages;        /* va >> 21 -> slot << 2 | PV_START | PV_ACCESS */
+    xseg_ptrmap acc;          /* va >> 21 -> devices with access (bit d), after set_access */
+    uint64_t peers;           /* set_peers: devices set_access gives access to, besides 0 */
+    uint32_t own_free;        /* first FREE slot that had a memfd of its own (NO_SLOT: none) */
     uint64_t copies;          /* copies done (sleep and wake) */
     hres *res;           /* sorted by va */
     size_t nres, res_cap;
@@ -313,7 +330,8 @@ static uint32_t slot_new(host_ctx *c, size_t size)
         return NO_SLOT;
     if (file_cover(c, c->bump + size))
         return NO_SLOT;
-    c->slots[c->nslots] = (hslot){c->bump, size, 1, 0, NO_SLOT, SLOT_FREE};
+    c->slots[c->nslots] = (hslot){.off = c->bump, .size = size, .gen = 1, .next = NO_SLOT,
+                                  .state = SLOT_FREE, .fd = -1};
     c->bump += size;
     return c->nslots++;
 }
@@ -358,6 +376,139 @@ static void slot_retire(host_ctx *c, uint32_t idx)
     cnt_sub(c, C_HANDLE_BYTES, s->size);
 }
 
+/* ---- handles with a memfd of their own (shareable, imported) ------------- */
+
+/* A slot record for such a handle (no range of ctx->memfd), or NO_SLOT. */
+static uint32_t own_slot(host_ctx *c)
+{
+    uint32_t idx = c->own_free;
+    if (idx != NO_SLOT) {
+        c->own_free = c->slots[idx].next;
+        return idx;
+    }
+    if (c->nslots >= NO_SLOT - 1 ||
+        grow((void **)&c->slots, &c->slots_cap, (size_t)c->nslots + 1, sizeof(hslot)))
+        return NO_SLOT;
+    c->slots[c->nslots] = (hslot){.gen = 1, .next = NO_SLOT, .state = SLOT_FREE, .fd = -1};
+    return c->nslots++;
+}
+
+/* Make slot idx a live handle of `size` bytes behind fd (taken over). */
+static uint64_t own_live(host_ctx *c, uint32_t idx, size_t size, int fd, int imported)
+{
+    hslot *s = &c->slots[idx];
+    s->off = 0;
+    s->size = size;
+    s->maps = 0;
+    s->next = NO_SLOT;
+    s->state = SLOT_LIVE;
+    s->imported = (uint8_t)imported;
+    s->fd = fd;
+    cnt_add(c, C_HANDLES, 1);
+    if (imported) {
+        cnt_add(c, C_IMPORTED, 1);
+    } else {
+        cnt_add(c, C_SHARED, 1);
+        cnt_add(c, C_HANDLE_BYTES, size);
+    }
+    return slot_id(c, idx);
+}
+
+/* The handle's memory is this process's no more: close its memfd (the
+ * pages live on while another process maps or holds them). */
+static void own_retire(host_ctx *c, uint32_t idx)
+{
+    hslot *s = &c->slots[idx];
+    close(s->fd);
+    s->fd = -1;
+    s->gen++;
+    s->state = SLOT_FREE;
+    s->next = c->own_free;
+    c->own_free = idx;
+    cnt_sub(c, C_HANDLES, 1);
+    if (s->imported) {
+        cnt_sub(c, C_IMPORTED, 1);
+    } else {
+        cnt_sub(c, C_SHARED, 1);
+        cnt_sub(c, C_HANDLE_BYTES, s->size);
+    }
+    s->imported = 0;
+}
+
+static int create_as_locked(host_ctx *c, size_t size, unsigned types, uint64_t *handle)
+{
+    if (!types)
+        return create_locked(c, size, handle);
+    if (types & ~(unsigned)XDRV_HT_FD)
+        return XDRV_NOT_SUPPORTED; /* fabric handles are not simulated */
+    if (!handle || !aligned(0, size))
+        return XDRV_INVALID_VALUE;
+    if (size > c->capacity - c->cnt[C_HANDLE_BYTES])
+        return XDRV_OUT_OF_MEMORY;
+    int fd = memfd_create("xseg-shared", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0)
+        return XDRV_OUT_OF_MEMORY;
+    uint32_t idx = ftruncate(fd, (off_t)size) ? NO_SLOT : own_slot(c);
+    if (idx == NO_SLOT) {
+        close(fd);
+        return XDRV_OUT_OF_MEMORY;
+    }
+    *handle = own_live(c, idx, size, fd, 0);
+    return XDRV_SUCCESS;
+}
+
+static int export_fd_locked(host_ctx *c, uint64_t handle, int *fd)
+{
+    uint32_t idx = slot_of(c, handle);
+    if (!fd)
+        return XDRV_INVALID_VALUE;
+    if (idx == NO_SLOT)
+        return XDRV_INVALID_HANDLE;
+    if (c->slots[idx].fd < 0)
+        return XDRV_NOT_SUPPORTED; /* created without a shareable type */
+    int d = fcntl(c->slots[idx].fd, F_DUPFD_CLOEXEC, 0);
+    if (d < 0)
+        return XDRV_OUT_OF_MEMORY; /* out of descriptors */
+    *fd = d;
+    return XDRV_SUCCESS;
+}
+
+/* A memfd (F_GET_SEALS answers only for memfds and shared memory) of at
+ * least `size` bytes. */
+static int import_fd_locked(host_ctx *c, int fd, size_t size, uint64_t *handle)
+{
+    struct stat st;
+    if (!handle || fd < 0 || !aligned(0, size))
+        return XDRV_INVALID_VALUE;
+    if (fcntl(fd, F_GET_SEALS) < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode) ||
+        (uint64_t)st.st_size < size)
+        return XDRV_INVALID_VALUE;
+    int d = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (d < 0)
+        return XDRV_OUT_OF_MEMORY;
+    uint32_t idx = own_slot(c);
+    if (idx == NO_SLOT) {
+        close(d);
+        return XDRV_OUT_OF_MEMORY;
+    }
+    *handle = own_live(c, idx, size, d, 1);
+    return XDRV_SUCCESS;
+}
+
+static int set_peers_locked(host_ctx *c, const int *devices, int n)
+{
+    uint64_t mask = 0;
+    if (n < 0 || n > XDRV_MAX_PEERS || (n && !devices))
+        return XDRV_INVALID_VALUE;
+    for (int i = 0; i < n; i++) {
+        if (devices[i] <= 0 || devices[i] >= HOST_DEVICES)
+            return XDRV_INVALID_DEVICE; /* 0 is the context's own */
+        mask |= (uint64_t)1 << devices[i];
+    }
+    c->peers = mask;
+    return XDRV_SUCCESS;
+}
+
 static int release_locked(host_ctx *c, uint64_t handle)
 {
     uint32_t idx = slot_of(c, handle);
@@ -367,6 +518,10 @@ static int release_locked(host_ctx *c, uint64_t handle)
     if (s->maps) { /* as CUDA: the memory lives until its last unmap */
         s->state = SLOT_ZOMBIE;
         s->gen++;
+        return XDRV_SUCCESS;
+    }
+    if (s->fd >= 0) {
+        own_retire(c, idx);
         return XDRV_SUCCESS;
     }
     if (xseg_ptrmap_reserve(&c->free_by_size, 1))
@@ -417,7 +572,7 @@ static int map_locked(host_ctx *c, uintptr_t va, size_t size, uint64_t handle)
     if (xseg_ptrmap_reserve(&c->pages, size >> HOST_SHIFT))
         return XDRV_OUT_OF_MEMORY;
     void *p = mmap((void *)va, size, PROT_NONE, MAP_SHARED | MAP_FIXED,
-                   c->memfd, (off_t)s->off);
+                   s->fd >= 0 ? s->fd : c->memfd, (off_t)s->off);
     if (p == MAP_FAILED) {
         restore_reserved(va, size);
         return XDRV_OUT_OF_MEMORY;
@@ -455,12 +610,16 @@ static size_t map_forget(host_ctx *c, uintptr_t va)
     uint32_t idx = (uint32_t)(v >> 2);
     hslot *s = &c->slots[idx];
     size_t size = s->size;
-    for (uintptr_t q = va; q < va + size; q += HOST_GRAN)
+    for (uintptr_t q = va; q < va + size; q += HOST_GRAN) {
         xseg_ptrmap_del(&c->pages, q >> HOST_SHIFT, NULL);
+        xseg_ptrmap_del(&c->acc, q >> HOST_SHIFT, NULL);
+    }
     res_holding(c, va, size)->mapped -= size;
     cnt_sub(c, C_MAPS, 1);
     cnt_sub(c, C_MAP_BYTES, size);
-    if (--s->maps == 0 && s->state == SLOT_ZOMBIE) {
+    if (--s->maps == 0 && s->state == SLOT_ZOMBIE && s->fd >= 0) {
+        own_retire(c, idx);
+    } else if (s->maps == 0 && s->state == SLOT_ZOMBIE) {
         punch(c, s); /* best effort: the unmap already happened */
         slot_retire(c, idx);
     }
@@ -485,12 +644,15 @@ static int set_access_locked(host_ctx *c, uintptr_t va, size_t size)
 {
     if (!aligned(va, size) || !range_all_mapped(c, va, size))
         return XDRV_INVALID_VALUE;
+    if (xseg_ptrmap_reserve(&c->acc, size >> HOST_SHIFT))
+        return XDRV_OUT_OF_MEMORY;
     if (mprotect((void *)va, size, PROT_READ | PROT_WRITE))
         return XDRV_OUT_OF_MEMORY;
     for (uintptr_t p = va; p < va + size; p += HOST_GRAN) {
         uint64_t v;
         xseg_ptrmap_get(&c->pages, p >> HOST_SHIFT, &v);
         (void)xseg_ptrmap_put(&c->pages, p >> HOST_SHIFT, v | PV_ACCESS);
+        (void)xseg_ptrmap_put(&c->acc, p >> HOST_SHIFT, 1u | c->peers);
     }
     return XDRV_SUCCESS;
 }
@@ -674,6 +836,7 @@ static int h_init(void **ctx, int device, size_t capacity, char *err,
                     "host backend: memfd of %zu bytes: %s", capacity, strerror(e));
     }
     pthread_mutex_init(&c->lock, NULL);
+    c->own_free = NO_SLOT;
     *ctx = c;
     return XDRV_SUCCESS;
 }
@@ -689,11 +852,15 @@ static void h_fini(void *ctx)
     while (!xlist_empty(&c->events))
         event_unlink(c, XLIST_ENTRY(xlist_first(&c->events), hevent, link));
     close(c->memfd);
+    for (uint32_t i = 0; i < c->nslots; i++) /* memfds of their own: live or zombie */
+        if (c->slots[i].fd >= 0)
+            close(c->slots[i].fd);
     for (int i = 0; i < C_N; i++)
         cnt_sub(c, i, c->cnt[i]);
     pthread_mutex_unlock(&c->lock);
     xseg_ptrmap_fini(&c->free_by_size);
     xseg_ptrmap_fini(&c->pages);
+    xseg_ptrmap_fini(&c->acc);
     xseg_ptrmap_fini(&c->stream_idx);
     free(c->slots);
     free(c->res);
@@ -928,6 +1095,49 @@ static int h_copy_wait(void *ctx)
     return XDRV_SUCCESS;
 }
 
+/* ---- sharing ------------------------------------------------------------------ */
+
+static unsigned h_share_types(void *ctx)
+{
+    (void)ctx;
+    return XDRV_HT_FD;
+}
+
+static int h_create_as(void *ctx, size_t size, unsigned types, uint64_t *h)
+{
+    LOCKED_TIMED(ctx, create, 1, size, create_as_locked(ctx, size, types, h));
+}
+
+static int h_export_fd(void *ctx, uint64_t h, int *fd)
+{
+    LOCKED(ctx, export_fd_locked(ctx, h, fd));
+}
+
+static int h_import_fd(void *ctx, int fd, size_t size, uint64_t *h)
+{
+    LOCKED(ctx, import_fd_locked(ctx, fd, size, h));
+}
+
+static int h_set_peers(void *ctx, const int *devices, int n)
+{
+    LOCKED(ctx, set_peers_locked(ctx, devices, n));
+}
+
+static int h_reg_granularity(void *ctx, size_t *bytes)
+{
+    return h_granularity(ctx, bytes);
+}
+
+/* The same 16 bytes in every process: the one simulated device 0. */
+static int h_device_uuid(void *ctx, unsigned char uuid[16])
+{
+    (void)ctx;
+    if (!uuid)
+        return XDRV_INVALID_VALUE;
+    memcpy(uuid, "xseg-host-dev-0", 16);
+    return XDRV_SUCCESS;
+}
+
 const xseg_driver xseg_driver_host = {
     .name = "host",
     .init = h_init,
@@ -953,6 +1163,13 @@ const xseg_driver xseg_driver_host = {
     .copy_wait = h_copy_wait,
     .error_name = xseg_drv_code_name,
     .caps = XDRV_CAP_EVENT_LAG | XDRV_CAP_SIMULATED_CAPACITY | XDRV_CAP_LATENCY_MODEL,
+    .share_types = h_share_types,
+    .create_as = h_create_as,
+    .export_fd = h_export_fd,
+    .import_fd = h_import_fd,
+    .set_peers = h_set_peers,
+    .reg_granularity = h_reg_granularity,
+    .device_uuid = h_device_uuid,
 };
 
 /* ---- test controls and counters (driver_host.h) ----------------------------- */
@@ -961,7 +1178,7 @@ static void counts_fill(xseg_host_counts *out, const size_t *n, size_t capacity)
 {
     *out = (xseg_host_counts){n[C_RES], n[C_RES_BYTES], n[C_HANDLES],
                               n[C_HANDLE_BYTES], n[C_MAPS], n[C_MAP_BYTES],
-                              n[C_EVENTS], capacity};
+                              n[C_EVENTS], capacity, n[C_SHARED], n[C_IMPORTED]};
 }
 
 void xseg_host_counts_of(void *ctx, xseg_host_counts *out)
@@ -1046,4 +1263,17 @@ uint64_t xseg_host_sync_count(void *ctx)
     uint64_t n = c->syncs;
     pthread_mutex_unlock(&c->lock);
     return n;
+}
+
+uint64_t xseg_host_access_mask(void *ctx, uintptr_t va)
+{
+    host_ctx *c = ctx;
+    uint64_t v = 0;
+    if (!c)
+        return 0;
+    pthread_mutex_lock(&c->lock);
+    if (!xseg_ptrmap_get(&c->acc, va >> HOST_SHIFT, &v))
+        v = 0;
+    pthread_mutex_unlock(&c->lock);
+    return v;
 }

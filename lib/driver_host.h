@@ -15,6 +15,8 @@ typedef struct xseg_host_counts {
     size_t mapped_bytes;
     size_t events;          /* live events */
     size_t capacity;        /* simulated device memory (0 for the global sum) */
+    size_t shared;          /* of the handles: shareable ones (a memfd each, create_as) */
+    size_t imported;        /* of the handles: imported ones (import_fd; not in handle_bytes) */
 } xseg_host_counts;
 
 /* Counters of one backend context, and of all contexts of the process. */
@@ -61,6 +63,11 @@ void xseg_host_set_latency(void *ctx, const xseg_host_latency *lat);
 
 /* 1 if the page at va is mapped and accessible, 0 otherwise. */
 int xseg_host_is_accessible(void *ctx, uintptr_t va);
+
+/* Devices with access to the granule at va (bit d: device d; 0: no
+ * access).  Device 0 is the context's; 1..7 are simulated peers
+ * (set_peers). */
+uint64_t xseg_host_access_mask(void *ctx, uintptr_t va);
 
 /* Number of syncs (event_sync + stream_sync) the context performed. */
 uint64_t xseg_host_sync_count(void *ctx);

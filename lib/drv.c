@@ -119,10 +119,20 @@ static void shadow_lock(const xseg_t *xs, int take)
         (take ? pthread_mutex_lock : pthread_mutex_unlock)(m);
 }
 
+/* The range lies wholly outside the shadowed reservation (another one:
+ * share.c's dedicated and imported blocks), so the shadow says nothing. */
+static int unshadowed(const xseg_t *xs, uintptr_t va, size_t size)
+{
+    const xdrv_book *b = &xs->drvb;
+    return b->shadow && size && (va + size <= b->base || va >= b->base + b->size);
+}
+
 /* Every granule of the range is mapped (want 1) or unmapped (want 0). */
 static int shadow_all(const xseg_t *xs, uintptr_t va, size_t size, int want)
 {
     size_t g0, g1;
+    if (aligned(xs, va, size) && unshadowed(xs, va, size))
+        return 1;
     if (!aligned(xs, va, size) || !granules(xs, va, size, &g0, &g1))
         return 0;
     shadow_lock(xs, 1);
@@ -349,6 +359,53 @@ int xdrv_copy_wait(xseg_t *xs)
 {
     XDRV_CALL(xs, XSEG_OP_COPY_WAIT,
               xs->drv->copy_wait ? xs->drv->copy_wait(xs->dctx) : XDRV_NOT_SUPPORTED);
+}
+
+/* ---- sharing ---- */
+
+unsigned xdrv_share_types(xseg_t *xs)
+{
+    return xs->drv->share_types ? xs->drv->share_types(xs->dctx) : 0;
+}
+
+int xdrv_create_as(xseg_t *xs, size_t size, unsigned types, uint64_t *handle)
+{
+    CHECK(xs->drvb.gran && size && size % xs->drvb.gran == 0);
+    if (!types)
+        return xdrv_create(xs, size, handle);
+    XDRV_CALL(xs, XSEG_OP_CREATE,
+              xs->drv->create_as ? xs->drv->create_as(xs->dctx, size, types, handle)
+                                 : XDRV_NOT_SUPPORTED);
+}
+
+int xdrv_export_fd(xseg_t *xs, uint64_t handle, int *fd)
+{
+    XDRV_CALL(xs, XSEG_OP_EXPORT,
+              xs->drv->export_fd ? xs->drv->export_fd(xs->dctx, handle, fd) : XDRV_NOT_SUPPORTED);
+}
+
+int xdrv_import_fd(xseg_t *xs, int fd, size_t size, uint64_t *handle)
+{
+    XDRV_CALL(xs, XSEG_OP_IMPORT,
+              xs->drv->import_fd ? xs->drv->import_fd(xs->dctx, fd, size, handle)
+                                 : XDRV_NOT_SUPPORTED);
+}
+
+int xdrv_set_peers(xseg_t *xs, const int *devices, int n)
+{
+    return xs->drv->set_peers ? xs->drv->set_peers(xs->dctx, devices, n) : XDRV_NOT_SUPPORTED;
+}
+
+int xdrv_reg_granularity(xseg_t *xs, size_t *bytes)
+{
+    if (!xs->drv->reg_granularity)
+        return xdrv_granularity(xs, bytes);
+    return xs->drv->reg_granularity(xs->dctx, bytes);
+}
+
+int xdrv_device_uuid(xseg_t *xs, unsigned char uuid[16])
+{
+    return xs->drv->device_uuid ? xs->drv->device_uuid(xs->dctx, uuid) : XDRV_NOT_SUPPORTED;
 }
 
 /* A tag's allocator uses its parent's open driver: same table and context,

@@ -9,7 +9,9 @@
  *  - checks the contract's preconditions when XSEG_DEBUG is defined
  *    (granularity multiples, map onto unmapped space, unmap / set_access
  *    over mapped space, address_free with nothing mapped: a shadow map of
- *    what the driver has mapped, kept by this layer),
+ *    what the driver has mapped, kept by this layer, for the allocator's
+ *    arena; ranges wholly outside it, such as share.c's dedicated and
+ *    imported blocks, are not shadowed),
  *  - is the one place fault injection hooks (xdrv_set_fault_hook; tests
  *    may also wrap the table itself, tests/support_fault.c).
  * Locking: calls on one allocator are made under xs->lock, except those
@@ -96,6 +98,16 @@ int xdrv_host_alloc(xseg_t *xs, size_t size, void **host);
 int xdrv_host_free(xseg_t *xs, void *host);
 int xdrv_copy(xseg_t *xs, void *dst, const void *src, size_t size, int to_device);
 int xdrv_copy_wait(xseg_t *xs);
+/* Sharing (driver.h); a table without them: XDRV_NOT_SUPPORTED (share
+ * types 0).  create_as counts as XSEG_OP_CREATE; export_fd and import_fd
+ * as XSEG_OP_EXPORT and XSEG_OP_IMPORT; the others are not counted. */
+unsigned xdrv_share_types(xseg_t *xs);
+int xdrv_create_as(xseg_t *xs, size_t size, unsigned types, uint64_t *handle);
+int xdrv_export_fd(xseg_t *xs, uint64_t handle, int *fd);
+int xdrv_import_fd(xseg_t *xs, int fd, size_t size, uint64_t *handle);
+int xdrv_set_peers(xseg_t *xs, const int *devices, int n);
+int xdrv_reg_granularity(xseg_t *xs, size_t *bytes);
+int xdrv_device_uuid(xseg_t *xs, unsigned char uuid[16]);
 /* Use `from`'s open driver (a tag's allocator, tags.c): no init, and
  * xdrv_fini leaves the context open. */
 void xdrv_share(xseg_t *xs, const xseg_t *from);

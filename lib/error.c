@@ -36,7 +36,7 @@ const char *xseg_op_name(xseg_op op)
         "reserve", "address_free", "create", "release", "map", "unmap", "set_access",
         "mem_info", "event_create", "event_record", "event_query", "event_sync",
         "event_destroy", "stream_sync", "host_alloc", "host_free", "copy_to_host",
-        "copy_to_device", "copy_wait"};
+        "copy_to_device", "copy_wait", "export", "import"};
     return (unsigned)op < XSEG_OP_COUNT ? names[op] : "unknown";
 }
 

@@ -122,6 +122,7 @@ int fault_codes(int op, int *codes, int max)
         [XSEG_OP_HOST_ALLOC] = {oom_inval, 2},  [XSEG_OP_HOST_FREE] = {inval, 1},
         [XSEG_OP_COPY_TO_HOST] = {illegal, 1},  [XSEG_OP_COPY_TO_DEVICE] = {illegal, 1},
         [XSEG_OP_COPY_WAIT] = {illegal, 1},
+        [XSEG_OP_EXPORT] = {oom_inval, 2},      [XSEG_OP_IMPORT] = {oom_inval, 2},
         [FAULT_OP_INIT] = {init, 3},            [FAULT_OP_GRANULARITY] = {inval, 1},
     };
     if (op < 0 || op >= FAULT_NOPS)
@@ -182,6 +183,14 @@ static int f_copy(void *c, void *d, const void *s, size_t n, int to_dev)
     FAULT_FWD(to_dev ? XSEG_OP_COPY_TO_DEVICE : XSEG_OP_COPY_TO_HOST, H->copy(c, d, s, n, to_dev));
 }
 static int f_copy_wait(void *c) { FAULT_FWD(XSEG_OP_COPY_WAIT, H->copy_wait(c)); }
+/* sharing: create_as is a create; the uncounted entries pass through */
+static unsigned f_share_types(void *c) { return H->share_types(c); }
+static int f_create_as(void *c, size_t s, unsigned t, uint64_t *h) { FAULT_FWD(XSEG_OP_CREATE, H->create_as(c, s, t, h)); }
+static int f_export_fd(void *c, uint64_t h, int *fd) { FAULT_FWD(XSEG_OP_EXPORT, H->export_fd(c, h, fd)); }
+static int f_import_fd(void *c, int fd, size_t s, uint64_t *h) { FAULT_FWD(XSEG_OP_IMPORT, H->import_fd(c, fd, s, h)); }
+static int f_set_peers(void *c, const int *d, int n) { return H->set_peers(c, d, n); }
+static int f_reg_granularity(void *c, size_t *b) { return H->reg_granularity(c, b); }
+static int f_device_uuid(void *c, unsigned char u[16]) { return H->device_uuid(c, u); }
 
 const xseg_driver fault_driver = {
     .name = "host-fault",
@@ -207,4 +216,11 @@ const xseg_driver fault_driver = {
     .copy = f_copy,
     .copy_wait = f_copy_wait,
     .error_name = xseg_drv_code_name,
+    .share_types = f_share_types,
+    .create_as = f_create_as,
+    .export_fd = f_export_fd,
+    .import_fd = f_import_fd,
+    .set_peers = f_set_peers,
+    .reg_granularity = f_reg_granularity,
+    .device_uuid = f_device_uuid,
 };

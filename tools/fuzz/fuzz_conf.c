@@ -41,6 +41,8 @@ static int outside(size_t v, size_t lo, size_t hi)
 #define RANGE_latency(key, min, max) || (c->key != 0 && c->key != 1)
 #define RANGE_reclaim(key, min, max) || (c->key < 0 || c->key > 2)
 #define RANGE_premap(key, min, max)
+#define RANGE_shareable(key, min, max) || (c->key < 0 || c->key > 3)
+#define RANGE_peers(key, min, max)
 #define RANGE(key, type, def, parse, min, max, expect) RANGE_##parse(key, min, max)
 
 /* Every field within its documented range (docs/config.md). */
