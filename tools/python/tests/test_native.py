@@ -137,10 +137,14 @@ class InstallChoice(WithTorch):
         os.environ["XSEG_CONF"] = self._conf
         super().tearDown()
 
-    def test_default_falls_back_and_says_so(self):
+    def test_default_is_pluggable(self):
+        xseg.install(patch_torch=False)
+        self.assertEqual(_native.USED, {"mode": "pluggable", "why": "native=False"})
+
+    def test_none_falls_back_and_says_so(self):
         err = io.StringIO()
         with redirect_stderr(err):
-            alloc = xseg.install(patch_torch=False)
+            alloc = xseg.install(native=None, patch_torch=False)
         self.assertIs(self.record["swapped"], alloc)
         self.assertEqual(_native.USED["mode"], "pluggable")
         self.assertIn("cpp_extension", _native.USED["why"])

@@ -78,16 +78,17 @@ def set_hooks(handle):
     return tuple(done)
 
 
-def install(conf=None, patch_torch=True, native=None):
+def install(conf=None, patch_torch=True, native=False):
     """Switch PyTorch to xseg; call before PyTorch's first CUDA allocation.
 
     conf: None (XSEG_CONF), a "key:value,..." string or a dict
     (docs/config.md); verbose:on and handle_size:page are added for the
-    keys it does not name (TORCH_DEFAULTS).  native: None tries the native
-    allocator (xseg/_native.py: built on first use, raises
-    torch.OutOfMemoryError, torch's own stats) and falls back to the
-    pluggable one, saying why on stderr; True requires it; False uses the
-    pluggable one.  patch_torch (pluggable only): make torch.cuda.memory_stats
+    keys it does not name (TORCH_DEFAULTS).  native: False (the default
+    until the native module is proven on a GPU) uses the pluggable
+    allocator; None tries the native allocator (xseg/_native.py: built on
+    first use, raises torch.OutOfMemoryError, torch's own stats) and falls
+    back to the pluggable one, saying why on stderr; True requires it.
+    XSEG_NATIVE=1 in the environment makes the default None.  patch_torch (pluggable only): make torch.cuda.memory_stats
     and the functions built on it (memory_allocated, max_memory_reserved, ...),
     reset_peak_memory_stats and memory_summary read xseg, since PyTorch's
     pluggable allocator does not support them.  Returns the native module or
@@ -95,7 +96,11 @@ def install(conf=None, patch_torch=True, native=None):
     xseg._native.USED["mode"] says which ("native" or "pluggable")."""
     import sys  # noqa: PLC0415
 
+    import os  # noqa: PLC0415
+
     from . import _native  # noqa: PLC0415
+    if native is False and os.environ.get("XSEG_NATIVE") == "1":
+        native = None
     with _lock:
         if _state["allocator"] is not None:
             return _again(conf)
