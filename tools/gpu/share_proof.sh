@@ -106,7 +106,7 @@ find_nccl() {
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -n4
     echo "nccl: $(find_nccl)"
 } >"$out/env.txt"
-cat "$out/env.txt" | tee -a "$log"
+tee -a "$log" <"$out/env.txt"
 
 if step build 300 bash -c "$build_lib" build "$root" "$build" "$log" "$bin"; then
     step patterns 120 "$bin" patterns
