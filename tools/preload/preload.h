@@ -16,7 +16,7 @@ typedef void *pl_stream;                /* CUstream, cudaStream_t */
 #define PL_SUCCESS 0
 #define PL_ERR_INVALID_VALUE 1          /* cudaErrorInvalidValue, CUDA_ERROR_INVALID_VALUE */
 #define PL_ERR_OUT_OF_MEMORY 2          /* cudaErrorMemoryAllocation, CUDA_ERROR_OUT_OF_MEMORY */
-#define PL_ERR_NOT_INITIALIZED 3        /* cudaErrorInitializationError, CUDA_ERROR_NOT_INITIALIZED */
+#define PL_ERR_NOT_INITIALIZED 3        /* cudaErrorInitializationError, ..._NOT_INITIALIZED */
 #define PL_STREAM_LEGACY ((pl_stream)0x1)
 #define PL_STREAM_PER_THREAD ((pl_stream)0x2)
 #define PL_PROC_PER_THREAD 2            /* CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM */
