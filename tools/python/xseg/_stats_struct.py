@@ -17,7 +17,7 @@ STATS_VERSION = 1
 OPS = ("reserve", "address_free", "create", "release", "map", "unmap", "set_access",
        "mem_info", "event_create", "event_record", "event_query", "event_sync",
        "event_destroy", "stream_sync", "host_alloc", "host_free", "copy_to_host",
-       "copy_to_device", "copy_wait")
+       "copy_to_device", "copy_wait", "export", "import")
 OP_MAP = OPS.index("map")
 OP_UNMAP = OPS.index("unmap")
 
