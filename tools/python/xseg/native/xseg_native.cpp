@@ -30,6 +30,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <unordered_set>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -544,6 +545,21 @@ class XsegAllocator final : public cca::CUDAAllocator {
     if (it != pools_.end())
       st->live = it->second;
     return st;
+  }
+  // cudagraph trees (torch.compile mode="reduce-overhead") ask whether a
+  // pool's live blocks are exactly the tensors they still track.
+  bool checkPoolLiveAllocations(DeviceIndex device, MempoolId_t id,
+                                const std::unordered_set<void*>& expected) override {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = pools_.find({device, id});
+    if (it == pools_.end())
+      return expected.empty();
+    if (it->second.size() != expected.size())
+      return false;
+    for (auto& kv : it->second)
+      if (!expected.count(kv.first))
+        return false;
+    return true;
   }
   // Restores a pool to a checkpoint when that only frees blocks allocated
   // since; a block live at the checkpoint and freed since would have to be
