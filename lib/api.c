@@ -39,16 +39,7 @@ xseg_status xseg_create_with_driver(xseg_t **out, int device, const char *conf,
         return xseg_fail(NULL, XSEG_ERR_INVALID_ARG, "xseg_create: out is NULL");
     *out = NULL;
     xseg_fork_init();
-    xseg_status st = xlife_create(out, device, conf, drv, atomic_load(&xseg_fork_gen_now));
-    if (st == XSEG_OK && ((*out)->conf.peer_access || (*out)->conf.registrable_min) &&
-        (st = xshare_setup(*out)) != XSEG_OK) { /* peer_access applies from the start */
-        char msg[256];
-        snprintf(msg, sizeof msg, "%s", xseg_last_error());
-        xlife_destroy(*out, 1);
-        *out = NULL;
-        st = xseg_fail(NULL, st, "%s", msg);
-    }
-    return st;
+    return xlife_create(out, device, conf, drv, atomic_load(&xseg_fork_gen_now));
 }
 
 xseg_status xseg_destroy(xseg_t *xs)
@@ -76,7 +67,6 @@ xseg_status xseg_destroy(xseg_t *xs)
                 xtc_detach_all(c);
         }
     }
-    xshare_fini(xs, !child); /* dedicated and imported blocks (share.c) */
     return xlife_destroy(xs, !child);
 }
 

@@ -1,7 +1,8 @@
 /* lifecycle.c: an allocator's construction and teardown: the driver picked
  * and opened, the caps, the tables, the arena and its first free block,
- * monitoring; and everything freed again (with or without driver calls: a
- * forked child must not touch the parent's memory).  The entry points
+ * monitoring, the sharing state (share.c); and everything freed again (with
+ * or without driver calls: a forked child must not touch the parent's
+ * memory).  The entry points
  * xseg_create / xseg_destroy (api.c) check their arguments, the fork state
  * and the default allocators (process.c) and call down here. */
 #include <stdatomic.h>
@@ -119,6 +120,7 @@ static uint64_t teardown(xseg_t *xs, int call_driver, const char **last)
     }
     xworker_stop(xs, call_driver && xs->dctx); /* its jobs settled first */
     uint64_t errors0 = xs->drv_errors - tag_failed;
+    xshare_fini(xs, call_driver && xs->dctx); /* dedicated and imported blocks (share.c) */
     xseg_monitor_fini(xs);
     xstreams_fini(xs, call_driver && xs->dctx);
     if (xs->class_of)
@@ -229,6 +231,8 @@ xseg_status xlife_create(xseg_t **out, int device, const char *conf, const xseg_
         return st;
     if (st == XSEG_OK)
         st = build(xs, device, drv);
+    if (st == XSEG_OK) /* the family's sharing state: peer_access applies from the start */
+        st = xshare_setup(xs);
     finish(xs);
     if (st != XSEG_OK) {
         char keep[768];
@@ -243,7 +247,10 @@ xseg_status xlife_create(xseg_t **out, int device, const char *conf, const xseg_
 }
 
 /* A tag's allocator: the parent's conf without monitoring or worker of its
- * own (the parent's stats, JSON and Prometheus include it, tags.c). */
+ * own (the parent's stats, JSON and Prometheus include it, tags.c), and no
+ * sharing state of its own: the family's is the parent's (one driver
+ * context, so one set of peers; one token file; its dedicated blocks are
+ * the parent's, share.c), which applies peer_access to its mappings too. */
 static xseg_status build_tag(xseg_t *xs, const xseg_t *parent)
 {
     xdrv_share(xs, parent);

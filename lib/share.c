@@ -275,7 +275,8 @@ static void share_free(struct xshare *sh)
     free(sh);
 }
 
-/* The family parent's share state, made on first use (its lock held). */
+/* The family parent's share state (its lock held): made at create
+ * (xshare_setup from lifecycle.c), or here on first use. */
 static xseg_status share_get(xseg_t *xs, struct xshare **out)
 {
     if (xs->share) {

@@ -629,6 +629,101 @@ START_TEST(peer_access_is_given_to_every_mapping)
 }
 END_TEST
 
+/* ---- the sharing state's lifetime (lifecycle.c) ---- */
+
+/* Child: the process default allocator of device 0 with peer_access gives
+ * the peers access to its first, ordinary, mapping (no sharing call
+ * before it).  Exit codes name the failed step. */
+static void child_default_has_peers(void)
+{
+    xseg_t *xs = NULL;
+    void *a = NULL;
+    CHILD_EXPECT(xseg_set_default_conf("backend:host,host_capacity:256MB,peer_access:1+6") ==
+                     XSEG_OK, 10);
+    CHILD_EXPECT(xseg_default(0, &xs) == XSEG_OK, 11);
+    CHILD_EXPECT(xseg_alloc(xs, 2 * MiB, NULL, &a) == XSEG_OK, 12);
+    CHILD_EXPECT(xseg_host_access_mask(t_host_ctx(xs), (uintptr_t)a) == (1 | 2 | 64), 13);
+    xseg_share_stats s = {.size = sizeof s};
+    CHILD_EXPECT(xseg_share_stats_get(xs, &s) == XSEG_OK && s.peers == (2 | 64), 14);
+    CHILD_EXPECT(s.handle_types == 1, 15); /* resolved at create too */
+    CHILD_EXPECT(xseg_free(xs, a) == XSEG_OK, 16);
+    _exit(0);
+}
+
+START_TEST(default_allocators_apply_peer_access_from_creation)
+{
+    pid_t pid = fork(); /* a default allocator lives until its process ends */
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0)
+        child_default_has_peers();
+    wait_ok(pid, "default allocator child");
+    /* xseg_create: the same */
+    xseg_t *xs = t_host("host_capacity:256MB,peer_access:4");
+    void *a = NULL;
+    OK(xseg_alloc(xs, 2 * MiB, NULL, &a));
+    ck_assert_uint_eq(xseg_host_access_mask(t_host_ctx(xs), (uintptr_t)a), 1 | 16);
+    OK(xseg_free(xs, a));
+    OK(xseg_destroy(xs));
+}
+END_TEST
+
+/* A tag's allocator has no sharing state of its own: its dedicated blocks
+ * are the family's (the parent's stats, export, free). */
+START_TEST(a_tags_dedicated_blocks_are_the_familys)
+{
+    xseg_t *xs = t_host("host_capacity:256MB,registrable_min:8MB");
+    int tag = 0;
+    void *t = NULL, *small = NULL;
+    OK(xseg_tag_id("share_family", &tag));
+    OK(xseg_alloc_tagged(xs, 9 * MiB, NULL, tag, &t));
+    OK(xseg_alloc_tagged(xs, 1 * MiB, NULL, tag, &small));
+    xseg_share_stats s = share_stats(xs);
+    ck_assert_uint_eq(s.dedicated_blocks.current, 1);
+    ck_assert_uint_eq(s.dedicated_bytes.current, 10 * MiB);
+    xseg_export_desc d;
+    OK(xseg_export(xs, t, &d)); /* the parent exports it */
+    xseg_export_close(&d);
+    ck_assert_int_eq(xseg_export(xs, small, &d), XSEG_ERR_INVALID_ARG); /* ordinary */
+    OK(xseg_free(xs, t));
+    OK(xseg_free(xs, small));
+    ck_assert_uint_eq(share_stats(xs).dedicated_blocks.current, 0);
+    T_CHECK(xs);
+    OK(xseg_destroy(xs));
+}
+END_TEST
+
+/* xseg_destroy with dedicated, exported and imported blocks still live
+ * gives every handle, mapping, reservation and descriptor back. */
+START_TEST(destroy_gives_back_live_shared_blocks)
+{
+    xseg_host_counts g0;
+    xseg_host_counts_global(&g0);
+    int fds0 = open_fds();
+    xseg_t *xs = t_host("host_capacity:256MB,peer_access:2");
+    xseg_t *other = t_host("host_capacity:256MB");
+    void *a = NULL, *b = NULL, *p = NULL;
+    OK(xseg_alloc_registrable(xs, 4 * MiB, NULL, &a));
+    OK(xseg_alloc_registrable(xs, 2 * MiB, NULL, &b));
+    t_fill(a, 4 * MiB, 91);
+    xseg_export_desc d;
+    OK(xseg_export(xs, a, &d));
+    OK(xseg_import(other, &d, &p));
+    xseg_export_close(&d);
+    ck_assert(t_check(p, 4 * MiB, 91));
+    xseg_host_counts g1;
+    xseg_host_counts_global(&g1);
+    ck_assert_uint_ge(g1.handles, g0.handles + 3); /* two dedicated, one imported */
+    OK(xseg_destroy(xs)); /* the importer still maps a's memory */
+    ck_assert(t_check(p, 4 * MiB, 91));
+    OK(xseg_destroy(other));
+    xseg_host_counts_global(&g1);
+    ck_assert_uint_eq(g1.handles, g0.handles);
+    ck_assert_uint_eq(g1.mappings, g0.mappings);
+    ck_assert_uint_eq(g1.reservations, g0.reservations);
+    ck_assert_int_eq(open_fds(), fds0); /* the token file and the imported descriptors */
+}
+END_TEST
+
 /* ---- every driver call of the share paths failing ---- */
 
 /* alloc_registrable, export, import (into the same allocator), check,
@@ -742,6 +837,9 @@ int main(void)
     tcase_add_test(tc, bad_descriptions_are_refused_with_nothing_mapped);
     tcase_add_test(tc, send_and_receive_refuse_what_is_not_a_description);
     tcase_add_test(tc, peer_access_is_given_to_every_mapping);
+    tcase_add_test(tc, default_allocators_apply_peer_access_from_creation);
+    tcase_add_test(tc, a_tags_dedicated_blocks_are_the_familys);
+    tcase_add_test(tc, destroy_gives_back_live_shared_blocks);
     tcase_add_test(tc, every_share_driver_call_failing_leaves_nothing_behind);
     suite_add_tcase(s, tc);
     return t_run(s);
