@@ -133,6 +133,10 @@ typedef struct xseg_stats {
     uint64_t driver_ns_worker;    /* ns in driver calls on the worker's thread */
     uint64_t worker_jobs;         /* release and unmap jobs it finished */
     uint64_t worker_bytes;        /* handed to it, not yet given back */
+    /* Sharing (docs/sharing.md): memory mapped outside the cached arena,
+     * so in none of the figures above (mapped_bytes is the arena's): */
+    xseg_counter dedicated_bytes; /* dedicated blocks, whole granules (the cap counts them) */
+    xseg_counter imported_bytes;  /* blocks imported from other processes (not charged) */
 } xseg_stats;
 
 /* Static information. */

@@ -396,6 +396,11 @@ static void family_stats(xseg_t *xs, xseg_stats *out)
     xseg_fill_stats(xs, &s);
     xlock_unlock(&xs->lock);
     xtag_stats_add(xs, &s);
+    xseg_share_stats sh = {.size = sizeof sh}; /* outside the arena (share.c) */
+    if (xshare_stats(xs, &sh) == XSEG_OK) {
+        s.dedicated_bytes = sh.dedicated_bytes;
+        s.imported_bytes = sh.imported_bytes;
+    }
     size_t n = out->size < sizeof s ? out->size : sizeof s;
     memcpy(out, &s, n);
     out->size = (uint32_t)n;
@@ -442,6 +447,11 @@ xseg_status xseg_reset_peak(xseg_t *xs)
         if (c)
             xseg_reset_peak(c);
     }
+    /* share.c: the dedicated and imported counters' peaks (declared here,
+     * in the one function of this file that uses it) */
+    void xshare_reset_peak(xseg_t *);
+    if (!xs->parent)
+        xshare_reset_peak(xs);
     return XSEG_OK;
 }
 

@@ -988,6 +988,21 @@ xseg_status xshare_stats(xseg_t *xs, xseg_share_stats *out)
     return XSEG_OK;
 }
 
+/* xseg_reset_peak's part: every peak to its current (api.c declares it). */
+void xshare_reset_peak(xseg_t *xs);
+void xshare_reset_peak(xseg_t *xs)
+{
+    xseg_t *fam = xfam(xs);
+    xlock_lock(&fam->lock);
+    struct xshare *sh = fam->share;
+    if (sh) {
+        xcnt *all[] = {&sh->ded_blocks, &sh->ded_bytes, &sh->imp_blocks, &sh->imp_bytes};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            all[i]->peak = all[i]->cur;
+    }
+    xlock_unlock(&fam->lock);
+}
+
 typedef struct fini_arg {
     xseg_t *xs;
     struct xshare *sh;

@@ -21,7 +21,9 @@
  *        device are rendered first, with "backend", the others in order)
  * how:   xs: xseg_fill_stats copies it from the allocator's member `src`
  *        (an xcnt for COUNTER, a uint64_t otherwise); calc: computed by hand
- *        there (src is 0)
+ *        there (src is 0); share: the family's sharing state's figures,
+ *        filled by xshare_fill_stats (share.c) where the family's stats are
+ *        read (api.c), 0 in what xseg_fill_stats alone gives (src is 0)
  * shm:   the xseg_shm_record field (XSF_*) of its first word, for
  *        xseg_shm_stats_copy; -1 when the copy leaves it alone
  * proms: zero or more P(order, member, style, type, name, help): a
@@ -137,7 +139,17 @@ X(MONO, worker_jobs, "worker_jobs", xs, wk_jobs, XSF_WORKER_JOBS, \
     "Release and unmap jobs the reclaim worker finished.")) \
 X(GAUGE, worker_bytes, "worker_bytes", calc, 0, XSF_WORKER_BYTES, \
   P(37, worker_bytes, one, gauge, "xseg_worker_bytes", \
-    "Bytes handed to the reclaim worker and not yet given back: memory being released (in xseg_mapped_bytes) and old mappings being unmapped."))
+    "Bytes handed to the reclaim worker and not yet given back: memory being released (in xseg_mapped_bytes) and old mappings being unmapped.")) \
+X(COUNTER, dedicated_bytes, "dedicated_bytes", share, 0, -1, \
+  P(38, dedicated_bytes.current, one, gauge, "xseg_dedicated_bytes", \
+    "Device memory of live dedicated (registrable, exportable) blocks, outside the cached arena: not in xseg_mapped_bytes; the cap counts it.") \
+  P(39, dedicated_bytes.peak, one, gauge, "xseg_dedicated_peak_bytes", \
+    "Highest xseg_dedicated_bytes since creation or the last peak reset.") \
+  P(40, dedicated_bytes.total, one, counter, "xseg_dedicated_alloc_bytes_total", \
+    "Bytes handed out as dedicated blocks (whole granules).")) \
+X(COUNTER, imported_bytes, "imported_bytes", share, 0, -1, \
+  P(41, imported_bytes.current, one, gauge, "xseg_imported_bytes", \
+    "Bytes of blocks imported from other processes and mapped here (their exporters' memory)."))
 /* clang-format on */
 
 /* Number of uint64_t words of a kind (0: a header word, not copied). */

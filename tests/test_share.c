@@ -724,6 +724,85 @@ START_TEST(destroy_gives_back_live_shared_blocks)
 }
 END_TEST
 
+/* ---- dedicated and imported bytes in the stats (docs/stats.md) ---- */
+
+static xseg_stats stats_of(xseg_t *xs)
+{
+    xseg_stats s = {.size = sizeof s};
+    OK(xseg_get_stats(xs, &s));
+    return s;
+}
+
+/* The number after `key` in text (a JSON key with its quotes and colon, or
+ * a Prometheus sample name with its labels and space); -1 if absent. */
+static long long number_after(const char *text, const char *key)
+{
+    const char *p = strstr(text, key);
+    return p ? strtoll(p + strlen(key), NULL, 10) : -1;
+}
+
+START_TEST(stats_show_dedicated_and_imported_bytes_apart)
+{
+    xseg_t *xs = t_host("host_capacity:256MB");
+    xseg_t *other = t_host("host_capacity:256MB");
+    void *o = NULL, *a = NULL, *b = NULL, *p = NULL;
+    OK(xseg_alloc(xs, 2 * MiB, NULL, &o));
+    xseg_stats s0 = stats_of(xs);
+    OK(xseg_alloc_registrable(xs, 3 * MiB, NULL, &a)); /* 4 MiB of granules */
+    OK(xseg_alloc_registrable(xs, 6 * MiB, NULL, &b));
+    xseg_stats s1 = stats_of(xs);
+    ck_assert_uint_eq(s1.dedicated_bytes.current, 10 * MiB);
+    ck_assert_uint_eq(s1.dedicated_bytes.peak, 10 * MiB);
+    ck_assert_uint_eq(s1.dedicated_bytes.total, 10 * MiB);
+    /* the arena's figures do not move: xseg_check holds them to the arena */
+    ck_assert_uint_eq(s1.mapped_bytes.current, s0.mapped_bytes.current);
+    ck_assert_uint_eq(s1.allocated_bytes.current, s0.allocated_bytes.current);
+    ck_assert_uint_eq(s1.handles.current, s0.handles.current);
+    T_CHECK(xs);
+    xseg_export_desc d;
+    OK(xseg_export(xs, b, &d));
+    OK(xseg_import(other, &d, &p));
+    xseg_export_close(&d);
+    ck_assert_uint_eq(stats_of(other).imported_bytes.current, 6 * MiB);
+    ck_assert_uint_eq(stats_of(other).dedicated_bytes.current, 0);
+    ck_assert_uint_eq(stats_of(xs).imported_bytes.current, 0);
+    OK(xseg_free(xs, a));
+    xseg_stats s2 = stats_of(xs);
+    ck_assert_uint_eq(s2.dedicated_bytes.current, 6 * MiB);
+    ck_assert_uint_eq(s2.dedicated_bytes.peak, 10 * MiB);
+    /* JSON and Prometheus show the same numbers */
+    char *buf = malloc(1 << 16);
+    ck_assert_ptr_nonnull(buf);
+    size_t len = 0;
+    OK(xseg_stats_json(xs, buf, 1 << 16, &len));
+    ck_assert_int_eq(number_after(buf, "\"dedicated_bytes\":{\"current\":"), 6 * MiB);
+    const char *ded = strstr(buf, "\"dedicated_bytes\":");
+    ck_assert_ptr_nonnull(ded);
+    ck_assert_int_eq(number_after(ded, "\"peak\":"), 10 * MiB);
+    ck_assert_int_eq(number_after(ded, "\"total\":"), 10 * MiB);
+    ck_assert_int_eq(number_after(buf, "\"imported_bytes\":{\"current\":"), 0);
+    OK(xseg_stats_prometheus(xs, buf, 1 << 16, &len));
+    ck_assert_int_eq(number_after(buf, "\nxseg_dedicated_bytes{device=\"0\"} "), 6 * MiB);
+    ck_assert_int_eq(number_after(buf, "\nxseg_dedicated_peak_bytes{device=\"0\"} "), 10 * MiB);
+    ck_assert_int_eq(number_after(buf, "\nxseg_dedicated_alloc_bytes_total{device=\"0\"} "),
+                     10 * MiB);
+    OK(xseg_stats_prometheus(other, buf, 1 << 16, &len));
+    ck_assert_int_eq(number_after(buf, "\nxseg_imported_bytes{device=\"0\"} "), 6 * MiB);
+    free(buf);
+    OK(xseg_reset_peak(xs)); /* the peaks restart from current */
+    ck_assert_uint_eq(stats_of(xs).dedicated_bytes.peak, 6 * MiB);
+    ck_assert_uint_eq(share_stats(xs).dedicated_blocks.peak, 1);
+    OK(xseg_unimport(other, p));
+    ck_assert_uint_eq(stats_of(other).imported_bytes.current, 0);
+    OK(xseg_free(xs, b));
+    OK(xseg_free(xs, o));
+    ck_assert_uint_eq(stats_of(xs).dedicated_bytes.current, 0);
+    T_CHECK(xs);
+    OK(xseg_destroy(other));
+    OK(xseg_destroy(xs));
+}
+END_TEST
+
 /* ---- every driver call of the share paths failing ---- */
 
 /* alloc_registrable, export, import (into the same allocator), check,
@@ -840,6 +919,7 @@ int main(void)
     tcase_add_test(tc, default_allocators_apply_peer_access_from_creation);
     tcase_add_test(tc, a_tags_dedicated_blocks_are_the_familys);
     tcase_add_test(tc, destroy_gives_back_live_shared_blocks);
+    tcase_add_test(tc, stats_show_dedicated_and_imported_bytes_apart);
     tcase_add_test(tc, every_share_driver_call_failing_leaves_nothing_behind);
     suite_add_tcase(s, tc);
     return t_run(s);

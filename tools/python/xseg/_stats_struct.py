@@ -26,8 +26,11 @@ class XsegCounter(ctypes.Structure):
     _fields_ = [("current", u64), ("peak", u64), ("total", u64)]
 
 
-COUNTERS = ("allocated_bytes", "requested_bytes", "active_blocks", "reserved_va_bytes",
-            "mapped_bytes", "cached_bytes", "segments", "handles")
+ARENA_COUNTERS = ("allocated_bytes", "requested_bytes", "active_blocks", "reserved_va_bytes",
+                  "mapped_bytes", "cached_bytes", "segments", "handles")
+# After the scalars: memory mapped outside the arena (docs/sharing.md).
+SHARE_COUNTERS = ("dedicated_bytes", "imported_bytes")
+COUNTERS = ARENA_COUNTERS + SHARE_COUNTERS
 
 SCALARS = ("driver_errors", "alloc_calls", "free_calls", "alloc_retries", "ooms", "syncs",
            "gc_runs", "trims", "released_bytes", "deferred_frees", "largest_free_block",
@@ -38,9 +41,10 @@ SCALARS = ("driver_errors", "alloc_calls", "free_calls", "alloc_retries", "ooms"
 
 class XsegStats(ctypes.Structure):
     _fields_ = ([("size", u32), ("version", u32), ("device", i32), ("reserved0", u32)]
-                + [(name, XsegCounter) for name in COUNTERS]
+                + [(name, XsegCounter) for name in ARENA_COUNTERS]
                 + [("driver_calls", u64 * len(OPS))]
-                + [(name, u64) for name in SCALARS])
+                + [(name, u64) for name in SCALARS]
+                + [(name, XsegCounter) for name in SHARE_COUNTERS])
 
 
 def new_stats():
