@@ -40,7 +40,7 @@ uint64_t xseg_largest_free(const xseg_t *xs)
  * stats_fields.h): an xcnt for a COUNTER, a uint64_t otherwise. */
 #define FILL_xs(kind, f, src) FILL_##kind(f, src)
 #define FILL_calc(kind, f, src)
-#define FILL_share(kind, f, src) /* xshare_fill_stats (share.c), from api.c */
+#define FILL_share(kind, f, src) /* api.c, from xshare_stats (share.c) */
 #define FILL_COUNTER(f, src) s->f = pub(&xs->src);
 #define FILL_GAUGE(f, src) s->f = xs->src;
 #define FILL_MONO(f, src) s->f = xs->src;

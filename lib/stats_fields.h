@@ -21,9 +21,9 @@
  *        device are rendered first, with "backend", the others in order)
  * how:   xs: xseg_fill_stats copies it from the allocator's member `src`
  *        (an xcnt for COUNTER, a uint64_t otherwise); calc: computed by hand
- *        there (src is 0); share: the family's sharing state's figures,
- *        filled by xshare_fill_stats (share.c) where the family's stats are
- *        read (api.c), 0 in what xseg_fill_stats alone gives (src is 0)
+ *        there (src is 0); share: the family's sharing state's figures
+ *        (xshare_stats, share.c), filled where the family's stats are read
+ *        (api.c), 0 in what xseg_fill_stats alone gives (src is 0)
  * shm:   the xseg_shm_record field (XSF_*) of its first word, for
  *        xseg_shm_stats_copy; -1 when the copy leaves it alone
  * proms: zero or more P(order, member, style, type, name, help): a
