@@ -241,19 +241,185 @@ START_TEST(mem_info_reports_cap)
 }
 END_TEST
 
-/* cudaFree of xseg memory waits for the device (cuCtxSynchronize) unless
- * XSEG_PRELOAD_FREE=stream. */
-START_TEST(free_synchronises_unless_stream)
+/* XSEG_PRELOAD_FREE=sync: every cudaFree of xseg memory waits for the
+ * device (cuCtxSynchronize); =stream: none does; the default quarantine
+ * syncs less than sync does. */
+START_TEST(free_modes)
 {
     basic_runs();
     ck_assert_int_eq(count(g_base.out, "fake.cuCtxSynchronize"), 0);
-    ck_assert_int_ge(count(g_pre.out, "fake.cuCtxSynchronize"), 10);
     run r;
-    const char *env[] = {"XSEG_PRELOAD_FREE=stream", NULL};
-    app(&r, "basic", PRELOAD, env);
+    const char *sync_env[] = {"XSEG_PRELOAD_FREE=sync", NULL};
+    app(&r, "basic", PRELOAD, sync_env);
+    assert_clean(&r, "sync frees");
+    long per_free = count(r.out, "fake.cuCtxSynchronize");
+    ck_assert_int_ge(per_free, 10);
+    ck_assert_int_lt(count(g_pre.out, "fake.cuCtxSynchronize"), per_free);
+    const char *stream_env[] = {"XSEG_PRELOAD_FREE=stream", NULL};
+    app(&r, "basic", PRELOAD, stream_env);
     assert_clean(&r, "stream frees");
     ck_assert_int_eq(count(r.out, "fake.cuCtxSynchronize"), 0);
     ck_assert_int_eq(count(r.out, "fake.cuMemAlloc_v2"), 0);
+    const char *zero_env[] = {"XSEG_PRELOAD_QUARANTINE=0", NULL}; /* no quarantine: sync */
+    app(&r, "basic", PRELOAD, zero_env);
+    assert_clean(&r, "quarantine 0");
+    ck_assert_int_eq(count(r.out, "fake.cuCtxSynchronize"), per_free);
+}
+END_TEST
+
+/* ---- the quarantine (churn mode of the application) ---- */
+
+typedef struct churn_line {
+    long frees, syncs;
+    int reused, errors;
+} churn_line;
+
+static churn_line churn_of(const run *r)
+{
+    churn_line c = {-1, -1, -1, -1};
+    const char *l = line(r->out, "churn");
+    ck_assert_msg(l && sscanf(l, "frees=%ld syncs=%ld reused_unsynced=%d errors=%d", &c.frees,
+                              &c.syncs, &c.reused, &c.errors) == 4,
+                  "no churn line in:\n%s\n--- stderr\n%s", r->out, r->err);
+    return c;
+}
+
+/* Run `mode` (churn, churnloop) with `extra` set and the stats at exit in
+ * `stats` (cap OUT_CAP). */
+static void churn_run(run *r, const char *mode, const char *extra, char *stats)
+{
+    char dir[] = "/tmp/xseg_preload_churnXXXXXX", env0[128], cmd[160];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(env0, sizeof env0, "XSEG_PRELOAD_STATS=%s/s", dir);
+    const char *env[] = {env0, extra, NULL};
+    app(r, mode, PRELOAD, env);
+    snprintf(cmd, sizeof cmd, "cat %s/s 2>/dev/null; rm -rf %s", dir, dir);
+    FILE *f = popen(cmd, "r");
+    size_t n = f ? fread(stats, 1, OUT_CAP - 1, f) : 0;
+    stats[n] = '\0';
+    if (f)
+        pclose(f);
+}
+
+/* The number after "key": in the stats line, a counter's current value or
+ * (peak) its peak; -1: none. */
+static long long stat_in(const char *stats, const char *key, int peak)
+{
+    char pat[96];
+    long long v = -1;
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(stats, pat);
+    if (!p)
+        return -1;
+    p += strlen(pat);
+    if (strncmp(p, "{\"current\":", 11) == 0) {
+        p += 11;
+        if (peak && (p = strstr(p, "\"peak\":")) != NULL)
+            p += 7;
+    }
+    return p && sscanf(p, "%lld", &v) == 1 ? v : -1;
+}
+
+static long long stat_of(const char *stats, const char *key)
+{
+    return stat_in(stats, key, 0);
+}
+
+/* 3000 frees (bound 64 MiB) cost far fewer device syncs; no block comes
+ * back before a sync; a double free of a quarantined block is refused as
+ * the real free refuses it; a block freed under the cap is given back for
+ * a larger one; nothing is left at exit. */
+START_TEST(quarantine_few_syncs_no_early_reuse)
+{
+    static char stats[OUT_CAP];
+    run r;
+    churn_run(&r, "churn", "XSEG_PRELOAD_QUARANTINE=64m", stats);
+    assert_clean(&r, "churn");
+    churn_line c = churn_of(&r);
+    ck_assert_int_eq(c.errors, 0);
+    ck_assert_int_eq(c.reused, 0);
+    ck_assert_int_eq(c.frees, 3000);
+    ck_assert_msg(c.syncs * 20 < c.frees, "%ld syncs for %ld frees", c.syncs, c.frees);
+    ck_assert_int_gt(c.syncs, 0);
+    assert_op(&r, "free_fresh", 0, -1);
+    assert_op(&r, "free_fresh_double", 1, -1);
+    assert_op(&r, "alloc_big", 0, 0);
+    assert_op(&r, "alloc_bigger", 0, 0); /* 150 + 200 MiB > the cap: the first came back */
+    ck_assert_msg(stat_of(stats, "allocated_bytes") == 0 && stat_of(stats, "live_bytes") == 0,
+                  "left at exit: %s", stats);
+    ck_assert_int_ge(stat_of(stats, "quarantined"), 3000);
+    ck_assert_int_eq(stat_of(stats, "quarantine_free_errors"), 0);
+    ck_assert_int_ge(stat_of(stats, "drains_growth") + stat_of(stats, "drains_oom"), 1);
+    ck_assert_int_eq(stat_of(stats, "quarantine_bound_bytes"), 64 << 20);
+}
+END_TEST
+
+/* The default bound (1% of the peak live bytes, at least 2 MiB) still
+ * saves most syncs, and the memory stays within a few MiB of what a sync
+ * per free maps. */
+START_TEST(quarantine_default_memory)
+{
+    static char stats[OUT_CAP], sync_stats[OUT_CAP];
+    run r;
+    churn_run(&r, "churnloop", NULL, stats);
+    assert_clean(&r, "churn default");
+    churn_line c = churn_of(&r);
+    ck_assert_int_eq(c.reused, 0);
+    ck_assert_msg(c.syncs * 3 < c.frees, "%ld syncs for %ld frees", c.syncs, c.frees);
+    churn_run(&r, "churnloop", "XSEG_PRELOAD_FREE=sync", sync_stats);
+    long long q = stat_in(stats, "mapped_bytes", 1), s = stat_in(sync_stats, "mapped_bytes", 1);
+    ck_assert_msg(q > 0 && s > 0 && q <= s + (4 << 20), "mapped peak %lld (quarantine) vs %lld "
+                  "(sync per free)", q, s);
+    ck_assert_int_eq(stat_of(stats, "quarantine_bound_bytes"), 2 << 20);
+    ck_assert_int_le(stat_of(stats, "quarantine_peak_bytes"), (2 << 20) + (4 << 20) + 4096);
+}
+END_TEST
+
+/* XSEG_PRELOAD_QUARANTINE=1m,16 bounds what is held: a sync at least every
+ * 16 frees, never more than 1 MiB plus one block held. */
+START_TEST(quarantine_bounded)
+{
+    static char stats[OUT_CAP];
+    run r;
+    churn_run(&r, "churnloop", "XSEG_PRELOAD_QUARANTINE=1m,16", stats);
+    assert_clean(&r, "churn 1m,16");
+    churn_line c = churn_of(&r);
+    ck_assert_int_eq(c.reused, 0);
+    ck_assert_int_ge(c.syncs, c.frees / 16);
+    long long peak = stat_of(stats, "quarantine_peak_bytes");
+    ck_assert_msg(peak > 0 && peak <= (1 << 20) + (4 << 20) + 4096,
+                  "quarantine peak %lld bytes: %s", peak, stats);
+    ck_assert_int_eq(stat_of(stats, "quarantine_bound_bytes"), 1 << 20);
+}
+END_TEST
+
+/* The check for early reuse can fail: without the quarantine's sync
+ * (XSEG_PRELOAD_FREE=stream) xseg hands freed blocks out again at once;
+ * with =sync every free syncs. */
+START_TEST(early_reuse_is_seen_without_quarantine)
+{
+    static char stats[OUT_CAP];
+    run r;
+    churn_run(&r, "churnloop", "XSEG_PRELOAD_FREE=stream", stats);
+    churn_line c = churn_of(&r);
+    ck_assert_int_gt(c.reused, 100);
+    ck_assert_int_eq(c.syncs, 0);
+    churn_run(&r, "churnloop", "XSEG_PRELOAD_FREE=sync", stats);
+    c = churn_of(&r);
+    ck_assert_int_eq(c.reused, 0);
+    ck_assert_int_ge(c.syncs, c.frees);
+}
+END_TEST
+
+/* A bad XSEG_PRELOAD_QUARANTINE is said on stderr; the default is used. */
+START_TEST(quarantine_bad_value)
+{
+    static char stats[OUT_CAP];
+    run r;
+    churn_run(&r, "churnloop", "XSEG_PRELOAD_QUARANTINE=12x", stats);
+    assert_clean(&r, "bad quarantine value");
+    ck_assert_ptr_nonnull(strstr(r.err, "XSEG_PRELOAD_QUARANTINE=12x"));
+    ck_assert_ptr_nonnull(strstr(stats, "\"quarantine_bound\":\"1%\""));
 }
 END_TEST
 
@@ -373,7 +539,12 @@ int main(void)
     tcase_add_test(tc, stand_ins_see_only_pass_through);
     tcase_add_test(tc, get_proc_address_routing);
     tcase_add_test(tc, mem_info_reports_cap);
-    tcase_add_test(tc, free_synchronises_unless_stream);
+    tcase_add_test(tc, free_modes);
+    tcase_add_test(tc, quarantine_few_syncs_no_early_reuse);
+    tcase_add_test(tc, quarantine_default_memory);
+    tcase_add_test(tc, quarantine_bounded);
+    tcase_add_test(tc, quarantine_bad_value);
+    tcase_add_test(tc, early_reuse_is_seen_without_quarantine);
     tcase_add_test(tc, fork_child_passes_through);
     tcase_add_test(tc, threads_on_two_devices);
     tcase_add_test(tc, refused_conf_passes_through);

@@ -13,7 +13,13 @@
  *   meminfo NAME free=F total=T
  *   thread I dev D fake=N of=M errors=E
  *   count NAME N            a counter of the fakes at the end
- * usage: preload_app basic|fork|threads   (exit 0 unless a check failed) */
+ *   churn frees=F syncs=S reused_unsynced=R
+ *                           the quarantine mode: F frees, S device syncs
+ *                           (the stand-in's cuCtxSynchronize counter), R
+ *                           allocations that overlapped a block freed with
+ *                           no sync since (reuse cudaFree would not allow)
+ * usage: preload_app basic|fork|threads|churn|churnloop   (exit 0 unless a check
+ *        failed; churnloop: the churn without the checks after it) */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -278,11 +284,104 @@ static int threads(void)
     return g_failed;
 }
 
+/* ---- churn: frees and what comes back ---- */
+
+typedef struct freed {
+    uintptr_t lo, hi;
+    long syncs; /* the sync counter when it was freed */
+} freed;
+
+enum { RING = 8, FREED_MAX = 4096 };
+static freed g_freed[FREED_MAX];
+static int g_nfreed;
+
+/* Forget the blocks a sync has released since; 1 when [p, p+n) overlaps
+ * one that no sync has. */
+static int unsynced_overlap(const void *p, size_t n)
+{
+    long now = fake_count("cuCtxSynchronize");
+    int hit = 0, k = 0;
+    for (int i = 0; i < g_nfreed; i++) {
+        if (g_freed[i].syncs != now)
+            continue;
+        hit |= (uintptr_t)p < g_freed[i].hi && (uintptr_t)p + n > g_freed[i].lo;
+        g_freed[k++] = g_freed[i];
+    }
+    g_nfreed = k;
+    return hit;
+}
+
+/* A block freed when the sync counter read `syncs` (before the free: a sync
+ * inside the free call releases it). */
+static void note_freed(const void *p, size_t n, long syncs)
+{
+    if (g_nfreed < FREED_MAX)
+        g_freed[g_nfreed++] = (freed){(uintptr_t)p, (uintptr_t)p + n, syncs};
+}
+
+static int churn_free(void *p, int driver)
+{
+    return driver ? cuMemFree_v2((fake_devptr)(uintptr_t)p) : cudaFree(p);
+}
+
+/* 3000 allocations of 256 B to 4 MiB, 8 live, freed oldest first through
+ * the runtime and the driver in turn; then (unless only_loop) a double free
+ * of a freshly freed block, and a large block freed and a larger one taken
+ * under the 256 MiB cap (the quarantine must give the first back). */
+static int churn(int only_loop)
+{
+    void *ring[RING] = {0};
+    size_t size[RING] = {0};
+    unsigned long long s = 88172645463325252ull;
+    long frees = 0, syncs0 = fake_count("cuCtxSynchronize");
+    int reused = 0, errors = 0;
+    for (int i = 0; i < 3000 + RING; i++) {
+        int k = i % RING;
+        if (ring[k]) {
+            long before = fake_count("cuCtxSynchronize");
+            errors += churn_free(ring[k], i & 1) != 0;
+            note_freed(ring[k], size[k], before);
+            frees++;
+            ring[k] = NULL;
+        }
+        if (i >= 3000)
+            continue;
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        size[k] = ((size_t)256 << (s % 15)) + (size_t)(s >> 40) % 4096;
+        if (cudaMalloc(&ring[k], size[k]) != 0 || !ring[k]) {
+            errors++;
+            ring[k] = NULL;
+            continue;
+        }
+        reused += unsynced_overlap(ring[k], size[k]);
+        errors += !usable(ring[k], size[k], (unsigned)i);
+    }
+    printf("churn frees=%ld syncs=%ld reused_unsynced=%d errors=%d\n", frees,
+           fake_count("cuCtxSynchronize") - syncs0, reused, errors);
+    if (only_loop) {
+        cudaFree(g_ctor_ptr);
+        return g_failed;
+    }
+    void *p = NULL;
+    cudaMalloc(&p, 4096);
+    op("free_fresh", cudaFree(p), NULL);
+    op("free_fresh_double", cudaFree(p), NULL);
+    op("alloc_big", cudaMalloc(&p, 150 << 20), p);
+    op("free_big", cudaFree(p), NULL);
+    op("alloc_bigger", cudaMalloc(&p, 200 << 20), p);
+    op("free_bigger", cudaFree(p), NULL);
+    cudaFree(g_ctor_ptr);
+    g_failed |= errors != 0;
+    return g_failed;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "basic";
     int rc = strcmp(mode, "fork") == 0      ? forked()
              : strcmp(mode, "threads") == 0 ? threads()
+             : strcmp(mode, "churn") == 0   ? churn(0)
+             : strcmp(mode, "churnloop") == 0 ? churn(1)
                                             : basic();
     fflush(stdout);
     return rc;

@@ -53,12 +53,40 @@ enum { PL_SERVED, PL_PASS, PL_FAILED };
 int pl_alloc(int device, size_t size, pl_stream stream, void **out);
 /* Free ptr if xseg handed it out: PL_SERVED, PL_PASS (not xseg's: call the
  * real function) or PL_FAILED (inside xseg's range but not a live block).
- * async: the free is ordered on `stream` (cudaFreeAsync); otherwise the
- * device is synchronised first, as the real cudaFree / cuMemFree do. */
+ * async: the free is ordered on `stream` (cudaFreeAsync); otherwise it
+ * goes into the device's quarantine (or, XSEG_PRELOAD_FREE=sync, the
+ * device is synchronised first, as the real cudaFree / cuMemFree do). */
 int pl_free(void *ptr, int async, pl_stream stream);
 /* Bring the real figures of cudaMemGetInfo to the cap of `device`'s
  * allocator, when one is set. */
 void pl_meminfo(int device, size_t *free_bytes, size_t *total_bytes);
+/* Wait for the work queued on device d (its current or primary context),
+ * as cudaFree does, through the real cuCtxSynchronize. */
+void pl_sync_device(int d);
+
+/* ---- quarantine.c: frees released by one device sync per list ---- */
+struct xseg;
+enum { PL_Q_BOUND, PL_Q_GROWTH, PL_Q_OOM, PL_Q_EXIT, PL_Q_WHY_COUNT }; /* why a drain */
+/* Read XSEG_PRELOAD_QUARANTINE (BOUND[,COUNT], BOUND bytes or a percentage
+ * of the application's peak live bytes); a bad value writes why and keeps
+ * the defaults.  0 when the bound is 0 (no quarantine). */
+int pl_q_configure(const char *env, char *why, size_t why_len);
+const char *pl_q_spec(void); /* the bound as given ("1%", "64m") */
+/* Quarantine a live xseg block of `size` (rounded) bytes, the application's
+ * live bytes on the device having peaked at live_peak: PL_SERVED, or
+ * PL_FAILED when it is quarantined already (a double free). */
+int pl_q_free(int d, struct xseg *xs, void *ptr, size_t size, size_t live_peak);
+/* Around an allocation while blocks are quarantined: drain before it when
+ * xseg's cached bytes cannot serve it (before returns the mapped bytes to
+ * give to after, 0: nothing to check), and after it when xseg grew. */
+size_t pl_q_before_alloc(int d, struct xseg *xs, size_t size);
+void pl_q_after_alloc(int d, struct xseg *xs, size_t mapped_before);
+/* Sync the device and give the list to xseg: the bytes released. */
+size_t pl_q_drain(int d, struct xseg *xs, int why);
+void pl_q_drain_all(struct xseg *const *xs, int why); /* xs: PL_MAX_DEVICES */
+size_t pl_q_held(int d);                              /* bytes quarantined now */
+void pl_q_fork_child(void);
+int pl_q_json(int d, char *buf, size_t cap);          /* "key":value,... */
 
 /* ---- the interposed functions (wrap.c, resolve.c), the only exports ---- */
 #define PL_EXPORT __attribute__((visibility("default")))

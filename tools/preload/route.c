@@ -2,8 +2,11 @@
  * device's process-wide xseg allocator (xseg_default, created lazily and
  * thread-safely from XSEG_CONF, backend cuda unless the conf names one),
  * allocation, free (xseg's pointers only: xseg_default_owner tells them
- * apart without side effects), the free's synchronisation, the cap in
- * cudaMemGetInfo, and the stats written at exit (XSEG_PRELOAD_STATS).
+ * apart without side effects) and what makes it safe (the quarantine of
+ * quarantine.c by default; XSEG_PRELOAD_FREE=sync: a device sync per free;
+ * =stream: xseg's stream order), the cap in cudaMemGetInfo, the
+ * application's live bytes, and the stats written at exit
+ * (XSEG_PRELOAD_STATS).
  * A device xseg cannot serve (no backend, no such device, a fork child's
  * inherited allocator) is passed through to CUDA for good, once said on
  * stderr with XSEG_PRELOAD_VERBOSE=1. */
@@ -21,12 +24,16 @@
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_off;          /* the conf was refused: everything passes through */
-static int g_sync_free = 1;
+enum { FREE_QUARANTINE, FREE_SYNC, FREE_STREAM };
+static int g_free_mode = FREE_QUARANTINE;
+static const char *const g_mode_names[] = {"quarantine", "sync", "stream"};
 static int g_verbose;
 static const char *g_stats_path;
 static _Atomic(xseg_t *) g_xs[PL_MAX_DEVICES];
 static atomic_int g_pass[PL_MAX_DEVICES];
 static atomic_int g_inherited[PL_MAX_DEVICES]; /* in a fork child: the parent's allocators */
+static atomic_size_t g_live[PL_MAX_DEVICES], g_live_peak[PL_MAX_DEVICES]; /* requested bytes */
+static atomic_ulong g_syncs[PL_MAX_DEVICES];   /* device syncs made by this library */
 
 static void say(const char *fmt, ...)
 {
@@ -68,6 +75,7 @@ static void on_fork_child(void)
             atomic_store(&g_inherited[d], 1);
             atomic_store(&g_pass[d], 1);
         }
+    pl_q_fork_child();
 }
 
 static void set_conf(void)
@@ -91,16 +99,30 @@ static void set_conf(void)
     free(conf);
 }
 
+/* XSEG_PRELOAD_FREE (quarantine, sync, stream) and XSEG_PRELOAD_QUARANTINE. */
+static void set_free_mode(void)
+{
+    char why[256] = "";
+    const char *f = getenv("XSEG_PRELOAD_FREE");
+    int quarantine = pl_q_configure(getenv("XSEG_PRELOAD_QUARANTINE"), why, sizeof why);
+    if (*why)
+        fprintf(stderr, "xseg-preload: %s\n", why);
+    g_free_mode = quarantine ? FREE_QUARANTINE : FREE_SYNC;
+    if (f && strcmp(f, "stream") == 0)
+        g_free_mode = FREE_STREAM;
+    else if (f && strcmp(f, "sync") == 0)
+        g_free_mode = FREE_SYNC;
+    else if (f && *f && strcmp(f, "quarantine") != 0)
+        fprintf(stderr, "xseg-preload: XSEG_PRELOAD_FREE=%s is not quarantine, sync or stream; "
+                        "%s is used\n", f, g_mode_names[g_free_mode]);
+    say("frees: %s (quarantine bound %s)", g_mode_names[g_free_mode], pl_q_spec());
+}
+
 static void init(void)
 {
     const char *v = getenv("XSEG_PRELOAD_VERBOSE");
     g_verbose = v && *v && strcmp(v, "0") != 0;
-    const char *f = getenv("XSEG_PRELOAD_FREE");
-    if (f && strcmp(f, "stream") == 0)
-        g_sync_free = 0;
-    else if (f && *f && strcmp(f, "sync") != 0)
-        fprintf(stderr, "xseg-preload: XSEG_PRELOAD_FREE=%s is neither sync nor stream; "
-                        "sync is used\n", f);
+    set_free_mode();
     set_conf();
     pthread_atfork(NULL, NULL, on_fork_child);
     g_stats_path = getenv("XSEG_PRELOAD_STATS");
@@ -134,14 +156,42 @@ static xseg_t *device_xs(int d)
     return xs;
 }
 
+/* The application's live bytes (as requested) and their peak. */
+static void live_add(int d, size_t size)
+{
+    size_t now = atomic_fetch_add(&g_live[d], size) + size;
+    size_t peak = atomic_load(&g_live_peak[d]);
+    while (now > peak && !atomic_compare_exchange_weak(&g_live_peak[d], &peak, now))
+        ;
+}
+
+static void live_sub(int d, size_t size)
+{
+    atomic_fetch_sub(&g_live[d], size);
+}
+
+/* xseg_alloc, after the quarantine made room; out of memory with blocks in
+ * quarantine: drain them and try again. */
+static xseg_status alloc_from(int device, xseg_t *xs, size_t size, pl_stream stream, void **out)
+{
+    size_t mapped = g_free_mode == FREE_QUARANTINE ? pl_q_before_alloc(device, xs, size) : 0;
+    xseg_status st = xseg_alloc(xs, size, stream, out);
+    if (st == XSEG_ERR_OOM && pl_q_drain(device, xs, PL_Q_OOM) > 0)
+        st = xseg_alloc(xs, size, stream, out);
+    else if (st == XSEG_OK && mapped)
+        pl_q_after_alloc(device, xs, mapped);
+    return st;
+}
+
 int pl_alloc(int device, size_t size, pl_stream stream, void **out)
 {
     int old = pl_inside, r = PL_PASS;
     pl_inside = 1;
     xseg_t *xs = device_xs(device);
     if (xs) {
-        xseg_status st = xseg_alloc(xs, size, stream, out);
+        xseg_status st = alloc_from(device, xs, size, stream, out);
         if (st == XSEG_OK) {
+            live_add(device, size);
             r = PL_SERVED;
         } else if (st == XSEG_ERR_FORKED) {
             pass_device(device, "allocator inherited from the parent of a fork");
@@ -174,7 +224,7 @@ typedef pl_result (*fn_ctx_p)(void **);
 /* Wait for the work queued on device d, as cudaFree and cuMemFree do
  * before memory can be used again: its current context when it is the
  * thread's, else its primary context pushed for the time of the call. */
-static void sync_device(int d)
+void pl_sync_device(int d)
 {
     FN(get_dev, fn_int_p, S_cuCtxGetDevice);
     FN(sync, fn_void, S_cuCtxSynchronize);
@@ -182,6 +232,7 @@ static void sync_device(int d)
     void *ctx = NULL, *old = NULL;
     if (!sync)
         return;
+    atomic_fetch_add(&g_syncs[d], 1);
     if (get_dev && get_dev(&cur) == PL_SUCCESS && cur == d) {
         sync();
         return;
@@ -201,24 +252,37 @@ static void sync_device(int d)
     release(dev);
 }
 
+/* Free a live block of xseg: stream-ordered (async), quarantined, or
+ * after a device sync (FREE_SYNC), or at once (FREE_STREAM). */
+static int free_block(int d, xseg_t *xs, void *ptr, size_t rounded, int async, pl_stream s)
+{
+    if (async)
+        (void)xseg_record_stream(xs, ptr, s); /* a bad pointer: the free says why */
+    else if (g_free_mode == FREE_QUARANTINE)
+        return pl_q_free(d, xs, ptr, rounded, atomic_load(&g_live_peak[d]));
+    else if (g_free_mode == FREE_SYNC)
+        pl_sync_device(d);
+    return xseg_free(xs, ptr) == XSEG_OK ? PL_SERVED : PL_FAILED;
+}
+
 int pl_free(void *ptr, int async, pl_stream stream)
 {
     xseg_t *xs = NULL;
     int d = -1, old = pl_inside, r = PL_PASS;
+    size_t rounded = 0, requested = 0;
     if (xseg_default_owner(ptr, &xs, &d) != XSEG_OK || atomic_load(&g_inherited[d]))
         return PL_PASS; /* not xseg's, or xseg's of the parent of a fork */
     pl_inside = 1;
-    if (async)
-        (void)xseg_record_stream(xs, ptr, stream); /* a bad pointer: the free says why */
-    else if (g_sync_free)
-        sync_device(d);
-    xseg_status st = xseg_free(xs, ptr);
-    if (st == XSEG_OK) {
-        r = PL_SERVED;
-    } else if (st != XSEG_ERR_FORKED) {
+    xseg_status st = xseg_block_size(xs, ptr, &rounded, &requested);
+    if (st == XSEG_OK)
+        r = free_block(d, xs, ptr, rounded, async, stream);
+    else if (st != XSEG_ERR_FORKED)
         r = PL_FAILED;
-        say("free of %p on device %d: %s", ptr, d, xseg_last_error());
-    }
+    if (r == PL_SERVED)
+        live_sub(d, requested);
+    else if (r == PL_FAILED)
+        say("free of %p on device %d: %s", ptr, d,
+            st == XSEG_OK ? "freed already (in quarantine)" : xseg_last_error());
     pl_inside = old;
     return r;
 }
@@ -232,7 +296,9 @@ void pl_meminfo(int device, size_t *free_bytes, size_t *total_bytes)
     xseg_t *xs = device_xs(device); /* NULL for a fork parent's device */
     xseg_stats st = {.size = sizeof st};
     if (xs && xseg_get_stats(xs, &st) == XSEG_OK && st.mapped_cap) {
+        size_t held = pl_q_held(device); /* quarantined: xseg's again after a sync */
         size_t cap = st.mapped_cap, live = st.allocated_bytes.current;
+        live = live > held ? live - held : 0;
         size_t cached = st.mapped_bytes.current > live ? st.mapped_bytes.current - live : 0;
         size_t room = cap > live ? cap - live : 0;  /* what the cap still allows */
         size_t phys = *free_bytes + cached;         /* what the device can still give */
@@ -250,10 +316,15 @@ void pl_meminfo(int device, size_t *free_bytes, size_t *total_bytes)
 static void write_one(FILE *f, int d, xseg_t *xs)
 {
     static char buf[1 << 16];
+    char q[1024];
     size_t len = 0;
     if (xseg_stats_json(xs, buf, sizeof buf, &len) != XSEG_OK)
         return;
-    fprintf(f, "{\"pid\":%d,\"device\":%d,\"stats\":%s}\n", (int)getpid(), d, buf);
+    pl_q_json(d, q, sizeof q);
+    fprintf(f, "{\"pid\":%d,\"device\":%d,\"stats\":%s,\"preload\":{\"free_mode\":\"%s\","
+               "\"live_bytes\":%zu,\"live_peak_bytes\":%zu,\"syncs\":%lu,%s}}\n",
+            (int)getpid(), d, buf, g_mode_names[g_free_mode], atomic_load(&g_live[d]),
+            atomic_load(&g_live_peak[d]), atomic_load(&g_syncs[d]), q);
 }
 
 static void write_stats(void)
@@ -271,10 +342,14 @@ static void write_stats(void)
         return;
     }
     pl_inside = 1;
+    xseg_t *own[PL_MAX_DEVICES];
     for (int d = 0; d < PL_MAX_DEVICES; d++) {
-        xseg_t *xs = atomic_load(&g_xs[d]);
-        if (xs && !atomic_load(&g_inherited[d]))
-            write_one(f, d, xs);
+        own[d] = atomic_load(&g_xs[d]);
+        own[d] = atomic_load(&g_inherited[d]) ? NULL : own[d];
     }
+    pl_q_drain_all(own, PL_Q_EXIT); /* exact figures: nothing left in quarantine */
+    for (int d = 0; d < PL_MAX_DEVICES; d++)
+        if (own[d])
+            write_one(f, d, own[d]);
     fclose(f);
 }
