@@ -8,6 +8,13 @@
 #include "debug.h"
 #include "internal.h"
 
+/* worker.c (their declarations belong in internal.h, beside xworker_push;
+ * kept here until that file takes them).  xs->lock held for both:
+ * settle what the worker has run; finish the queued unmaps of old
+ * mappings now (those not started run on this thread), lock kept. */
+void xworker_settle_locked(xseg_t *xs);
+void xworker_finish_unmaps_locked(xseg_t *xs);
+
 /* ---- block records ---- */
 
 xblock *xblock_new(xseg_t *xs)
@@ -825,15 +832,14 @@ static int others_free(xseg_t *xs, const xblock *b, uintptr_t hs, uintptr_t he, 
     return 1;
 }
 
-/* The layout decides first whether a split is possible at all (no GPU
- * query); only then does xseg ask (or, with release_wait, wait for) the
- * GPU: for b's old contents, then for the other blocks. */
-static void split_large(xseg_t *xs, xblock *b, xstream *from, uint64_t epoch)
+/* Which edges of block b a split could cut, from the layout alone (no GPU
+ * query): can[i] for the start (0) and the end (1), the handle's range in
+ * hs[i], he[i].  Returns whether either can. */
+static int split_layout(xseg_t *xs, const xblock *b, int can[2], uintptr_t hs[2], uintptr_t he[2])
 {
     xarena *ar = &xs->arena;
-    uintptr_t a = b->addr, e = b->addr + b->size, hs[2], he[2];
+    uintptr_t a = b->addr, e = b->addr + b->size;
     size_t pa = (a - ar->base) >> ar->shift, pb = (e - 1 - ar->base) >> ar->shift;
-    int can[2];
     const xblock *r = frontier_after(xs, b);
     for (int i = 0; i < 2; i++)
         can[i] = straddling(ar, i ? pb : pa, pa, pb, &hs[i], &he[i]) &&
@@ -841,7 +847,17 @@ static void split_large(xseg_t *xs, xblock *b, xstream *from, uint64_t epoch)
                  !(r && he[i] > r->addr && xarena_premapped(xs, i ? pb : pa)) &&
                  !(i && can[0] && hs[1] == hs[0]) && /* the same handle at both edges */
                  others_free(xs, b, hs[i], he[i], 0);
-    if (!can[0] && !can[1])
+    return can[0] || can[1];
+}
+
+/* The layout decides first whether a split is possible at all; only then
+ * does xseg ask (or, with release_wait, wait for) the GPU: for b's old
+ * contents, then for the other blocks. */
+static void split_large(xseg_t *xs, xblock *b, xstream *from, uint64_t epoch)
+{
+    uintptr_t a = b->addr, e = b->addr + b->size, hs[2], he[2];
+    int can[2];
+    if (!split_layout(xs, b, can, hs, he))
         return;
     if (from && !xstream_done(xs, from, epoch, xs->conf.release_wait))
         return;
@@ -1071,28 +1087,59 @@ static void premap_after(xseg_t *xs, xblock *b)
         lru_push(xs, r); /* cached memory: reclaim and trim find it */
 }
 
+/* Could taking block b make the caller release handles?  A split of a
+ * large handle it only partly covers (the layout allows one), or growth
+ * that make_room would meet with a reclaim (the cap, the GC or the release
+ * threshold; its test with every unmapped page of b as the need, an upper
+ * bound of what is mapped after moving, and the threshold as it is once b
+ * counts as allocated).  A block already mapped needs neither. */
+static int may_release(xseg_t *xs, const xblock *b)
+{
+    uintptr_t hs[2], he[2];
+    int can[2];
+    if (split_layout(xs, b, can, hs, he))
+        return 1;
+    size_t need = xarena_unmapped_bytes(xs, b->addr, b->addr + b->size);
+    if (!need)
+        return 0;
+    if (xfam_over_cap(xs, need))
+        return 1;
+    size_t after = xs->mapped.cur + need;
+    if (xs->conf.gc_threshold > 0 && xs->cap != SIZE_MAX &&
+        after > (size_t)(xs->conf.gc_threshold * (double)xs->cap))
+        return 1;
+    xs->arena_used += b->size;
+    size_t limit = release_limit(xs);
+    xs->arena_used -= b->size;
+    return limit != SIZE_MAX && after > limit;
+}
+
 /* A handle released while the worker has not yet unmapped its old mapping
  * (from a move) keeps its memory until that unmap: the driver frees
  * physical memory at the last unmap, and mapped_bytes would no longer be
  * the device's figure (measured on the H200: docs/performance.md).  So
- * before growth that may release handles (the threshold's reclaim), the
- * block found goes back, the worker finishes its unmaps, and the search
- * runs again: no lock is given up with a block half taken. */
+ * before an allocation that may release handles (may_release), the block
+ * found goes back, the worker finishes its unmaps, and the search runs
+ * again: no lock is given up with a block half taken.  Any other
+ * allocation (a cached block, growth under the threshold) goes on while
+ * the worker unmaps: waiting there made the caller pay for every unmap it
+ * had handed over, plus two thread hand-offs (docs/performance.md). */
 static xblock *find_after_drain(xseg_t *xs, xfit *f)
 {
     xblock *b = f->block;
-    if (!xs->wk_unmapping)
+    if (!xs->wk_unmapping || !may_release(xs, b))
         return b;
     if (!f->from)
         b->owner = NULL;
     b->epoch = f->from ? f->epoch : 0;
     coalesce(xs, b, 1);
-    xworker_drain_locked(xs);
+    xworker_finish_unmaps_locked(xs);
     return find_block(xs, f);
 }
 
 xseg_status xblk_alloc(xseg_t *xs, xstream *s, size_t size, size_t request, xblock **out)
 {
+    xworker_settle_locked(xs); /* what the worker has done goes back to free space */
     xfit f = {.s = s, .size = size};
     xblock *b = find_block(xs, &f);
     if (b)
@@ -1140,6 +1187,7 @@ void xblk_neutralize(xseg_t *xs, xstream *s)
 
 void xblk_free(xseg_t *xs, xblock *b)
 {
+    xworker_settle_locked(xs); /* before b is touched: b is live, no settle merges it */
     XSEG_ASSERT(!(b->flags & (XB_FREE | XB_LRU | XB_MOVED)) && xs->arena_used >= b->size);
     xs->arena_used -= b->size;
     if (b->owner && b->owner->retired)

@@ -2,21 +2,29 @@
  * xseg-reclaim, the only thread xseg starts) that makes the driver calls
  * nobody has to wait for.  alloc.c takes the whole handles of cached
  * memory the GPU is done with out of the arena's tables (a release job,
- * its range an XB_RELEASING block out of every index) and queues the job
- * here; the worker unmaps and releases the handles without xs->lock, then
- * takes the lock and lets the job settle (job->done: counters, the range
- * back to free space; an unmap that failed is tried again, then the handle
- * goes back into the tables; a release that failed leaves an orphan that
- * reclaim releases later).  Nothing is lost: a job is settled by the worker,
- * or by xworker_stop on the destroying thread.
- * Lock order: xs->lock, then the worker's own mutex; the worker never holds
- * its mutex while it takes xs->lock. */
+ * its range an XB_RELEASING block out of every index), or hands it the old
+ * mapping of moved handles (an unmap job), and queues the job here.  The
+ * worker only makes the driver calls, without any allocator lock, and puts
+ * the job on its done list; whoever holds xs->lock next settles it
+ * (xworker_settle_locked: job->done, the counters, the range back to free
+ * space; an unmap that failed is queued again, then the handle goes back
+ * into the tables; a release that failed leaves an orphan that reclaim
+ * releases later).  The worker never takes xs->lock, so a caller never
+ * hands the lock to it nor waits for it to settle.  Nothing is lost: a job
+ * is settled by a caller, or by xworker_stop on the destroying thread.
+ * Lock order: xs->lock, then the worker's own mutex. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "internal.h"
+
+/* Declared in alloc.c too (their place is internal.h, beside xworker_push;
+ * kept here until that file takes them). */
+void xworker_settle_locked(xseg_t *xs);
+void xworker_finish_unmaps_locked(xseg_t *xs);
 
 #define XWK_TRIES 3 /* unmaps of one handle before it goes back to the tables */
 
@@ -26,18 +34,26 @@ struct xworker {
     pthread_mutex_t mu;
     pthread_cond_t cv;      /* work queued, or stop */
     pthread_cond_t idle_cv; /* queue empty and nothing running */
-    xrelease *head, *tail;
-    int stop, busy;
+    xrelease *head, *tail;   /* queued */
+    xrelease *dhead, *dtail; /* run, not yet settled */
+    xrelease *running;       /* the job whose calls run now, or NULL */
+    atomic_int ndone;        /* the done list is not empty */
+    int stop;
 };
+
+static void list_push(xrelease **head, xrelease **tail, xrelease *job)
+{
+    job->next = NULL;
+    if (*tail)
+        (*tail)->next = job;
+    else
+        *head = job;
+    *tail = job;
+}
 
 static void queue_push(struct xworker *w, xrelease *job)
 {
-    job->next = NULL;
-    if (w->tail)
-        w->tail->next = job;
-    else
-        w->head = job;
-    w->tail = job;
+    list_push(&w->head, &w->tail, job);
 }
 
 static xrelease *queue_pop(struct xworker *w)
@@ -78,19 +94,7 @@ static void job_free(xrelease *job)
     free(job);
 }
 
-/* Run a job and settle it under xs->lock; returns 1 when finished. */
-static int job_do(xseg_t *xs, xrelease *job)
-{
-    job_run(xs, job);
-    xlock_lock(&xs->lock);
-    xdrv_fold_worker(xs);
-    int finished = job->done(xs, job);
-    xlock_unlock(&xs->lock);
-    if (finished)
-        job_free(job);
-    return finished;
-}
-
+/* The worker: runs each job's calls, then puts it on the done list. */
 static void *worker_main(void *arg)
 {
     struct xworker *w = arg;
@@ -100,26 +104,51 @@ static void *worker_main(void *arg)
     for (;;) {
         xrelease *job = queue_pop(w);
         if (!job) {
-            pthread_cond_broadcast(&w->idle_cv);
             if (w->stop)
                 break;
             pthread_cond_wait(&w->cv, &w->mu);
             continue;
         }
-        w->busy = 1;
+        w->running = job;
         pthread_mutex_unlock(&w->mu);
-        int finished = job_do(xs, job);
-        if (!finished) { /* an unmap failed: again a little later */
+        if (job->tries) { /* an unmap failed: again a little later */
             struct timespec ts = {0, 1000000};
             nanosleep(&ts, NULL);
         }
+        job_run(xs, job);
         pthread_mutex_lock(&w->mu);
-        if (!finished)
-            queue_push(w, job);
-        w->busy = 0;
+        list_push(&w->dhead, &w->dtail, job);
+        atomic_store_explicit(&w->ndone, 1, memory_order_release);
+        w->running = NULL;
+        pthread_cond_broadcast(&w->idle_cv);
     }
     pthread_mutex_unlock(&w->mu);
     return NULL;
+}
+
+/* Settle job (xs->lock held): freed when finished, else queued again. */
+static void settle_one(xseg_t *xs, struct xworker *w, xrelease *job)
+{
+    if (job->done(xs, job)) {
+        job_free(job);
+        return;
+    }
+    pthread_mutex_lock(&w->mu);
+    queue_push(w, job);
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* The worker's driver counters join the allocator's when it is idle (no
+ * job running or queued: none can start while xs->lock is held, since
+ * only holders of it queue jobs). */
+static void fold_if_idle(xseg_t *xs, struct xworker *w)
+{
+    pthread_mutex_lock(&w->mu);
+    int idle = !w->running && !w->head;
+    pthread_mutex_unlock(&w->mu);
+    if (idle)
+        xdrv_fold_worker(xs);
 }
 
 xseg_status xworker_start(xseg_t *xs)
@@ -159,6 +188,10 @@ void xworker_stop(xseg_t *xs, int call_driver)
     if (!call_driver) { /* a forked child: no thread, no driver, no locks */
         while ((job = queue_pop(w)) != NULL)
             job_free(job);
+        while ((job = w->dhead) != NULL) {
+            w->dhead = job->next;
+            job_free(job);
+        }
         free(w);
         return;
     }
@@ -167,6 +200,20 @@ void xworker_stop(xseg_t *xs, int call_driver)
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
     pthread_join(w->th, NULL);
+    /* Jobs run and not settled are settled (one whose unmap failed and may
+     * be tried again is queued again, for the loop below). */
+    xrelease *d = w->dhead;
+    w->dhead = w->dtail = NULL;
+    xlock_lock(&xs->lock);
+    xdrv_fold_worker(xs);
+    for (xrelease *next; d; d = next) {
+        next = d->next;
+        if (d->done(xs, d))
+            job_free(d);
+        else
+            queue_push(w, d);
+    }
+    xlock_unlock(&xs->lock);
     /* Jobs still queued (their unmap kept failing) are run once more here
      * and settled for good: a handle still mapped goes back into the
      * tables, where destroy releases it. */
@@ -209,15 +256,79 @@ void xworker_push(xseg_t *xs, xrelease *job)
     pthread_mutex_unlock(&w->mu);
 }
 
+void xworker_settle_locked(xseg_t *xs)
+{
+    struct xworker *w = xs->wk;
+    if (!w || !atomic_load_explicit(&w->ndone, memory_order_acquire))
+        return;
+    pthread_mutex_lock(&w->mu);
+    xrelease *d = w->dhead;
+    w->dhead = w->dtail = NULL;
+    atomic_store_explicit(&w->ndone, 0, memory_order_relaxed);
+    pthread_mutex_unlock(&w->mu);
+    fold_if_idle(xs, w);
+    for (xrelease *next; d; d = next) {
+        next = d->next;
+        settle_one(xs, w, d);
+    }
+}
+
+/* Take the queued unmap jobs off the queue (release jobs stay). */
+static xrelease *steal_unmaps(struct xworker *w)
+{
+    xrelease *mine = NULL, *mtail = NULL, *keep = NULL, *ktail = NULL, *j;
+    while ((j = queue_pop(w)) != NULL) {
+        if (j->unmap_only)
+            list_push(&mine, &mtail, j);
+        else
+            list_push(&keep, &ktail, j);
+    }
+    w->head = keep;
+    w->tail = ktail;
+    return mine;
+}
+
+void xworker_finish_unmaps_locked(xseg_t *xs)
+{
+    struct xworker *w = xs->wk;
+    if (!w)
+        return;
+    xworker_settle_locked(xs);
+    while (xs->wk_unmapping) {
+        pthread_mutex_lock(&w->mu);
+        xrelease *mine = steal_unmaps(w);
+        pthread_mutex_unlock(&w->mu);
+        for (xrelease *j = mine, *next; j; j = next) { /* on this thread, as reclaim:sync */
+            next = j->next;
+            do
+                job_run(xs, j);
+            while (!j->done(xs, j)); /* done bounds the tries */
+            job_free(j);
+        }
+        pthread_mutex_lock(&w->mu);
+        while (w->running && w->running->unmap_only) /* its calls only: no lock to hand over */
+            pthread_cond_wait(&w->idle_cv, &w->mu);
+        pthread_mutex_unlock(&w->mu);
+        xworker_settle_locked(xs);
+    }
+}
+
 void xworker_drain_locked(xseg_t *xs)
 {
     struct xworker *w = xs->wk;
-    if (!w || !xs->wk_pending)
+    if (!w)
         return;
-    xlock_unlock(&xs->lock);
-    pthread_mutex_lock(&w->mu);
-    while (w->head || w->busy)
-        pthread_cond_wait(&w->idle_cv, &w->mu);
-    pthread_mutex_unlock(&w->mu);
-    xlock_lock(&xs->lock);
+    xworker_settle_locked(xs);
+    /* Bounded: a failed unmap is queued again (3 tries), and other threads
+     * may queue new jobs meanwhile. */
+    for (int round = 0; xs->wk_pending && round < 16; round++) {
+        xlock_unlock(&xs->lock); /* other threads go on meanwhile */
+        pthread_mutex_lock(&w->mu);
+        while (w->head || w->running)
+            pthread_cond_wait(&w->idle_cv, &w->mu);
+        pthread_mutex_unlock(&w->mu);
+        xlock_lock(&xs->lock);
+        xworker_settle_locked(xs);
+    }
+    fold_if_idle(xs, w);
 }
