@@ -6,22 +6,28 @@
 # then runs each workload without xseg and under xseg-run, and, for CuPy,
 # through xseg.cupy_allocator():
 #   cuda_churn (plain CUDA C: cudaMalloc/cudaFree of varied sizes, two streams),
+#     CHURN_ROUNDS (3) interleaved rounds of: without xseg, under xseg (the
+#     default quarantine), under xseg with XSEG_PRELOAD_QUARANTINE=$CHURN_QUARANTINE
+#     (256m): median and min-max, since processes vary 10-30%;
 #   CuPy with its pool off and on (tools/preload/workloads.py cupy),
-#   JAX with XLA_PYTHON_CLIENT_ALLOCATOR=platform (a small training loop),
+#   JAX with XLA_PYTHON_CLIENT_ALLOCATOR=platform (a small training loop), run
+#     twice without xseg to show whether it is deterministic by itself
+#     (XLA_FLAGS: PROOF_XLA_FLAGS, default deterministic ops, no autotuning),
 #   PyTorch with PYTORCH_NO_CUDA_MEMORY_CACHING=1 (a small training loop).
 # Writes under OUT: results.jsonl (one line per run: step, rc, the
-# workload's JSON, xseg's own peaks from XSEG_PRELOAD_STATS), summary.md
-# (checksums against the run without xseg, wall time, peaks), logs/.
-# Deadline-bounded: every step runs under `timeout`, the whole under
-# ~7.5 minutes (GPU_PROOF_BUDGET seconds); a failed or skipped step is
-# recorded and the next one runs.
-case "${1:-}" in -h|--help|"") sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; [ -n "${1:-}" ]; exit $? ;; esac
+# workload's JSON, xseg's own figures from XSEG_PRELOAD_STATS), summary.md
+# (checksums against the run without xseg, wall time, peaks, memory over
+# live), logs/.  Deadline-bounded: every step runs under `timeout`, the
+# whole within GPU_PROOF_BUDGET seconds (200); a failed or skipped step is
+# recorded and the next one runs.  Sizes: CHURN_ITERS (8000), CUPY_STEPS
+# (200), JAX_STEPS (100), TORCH_STEPS (100).
+case "${1:-}" in -h|--help|"") sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; [ -n "${1:-}" ]; exit $? ;; esac
 set -u
 out=$(mkdir -p "$1" && cd "$1" && pwd) || { echo "gpu_proof: cannot create $1"; exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=${2:-$root/build-preload-gpu}
-budget=${GPU_PROOF_BUDGET:-450}
+budget=${GPU_PROOF_BUDGET:-200}
 deadline=$(( $(date +%s) + budget ))
 mkdir -p "$out/logs" "$out/stats" "$out/bin"
 results=$out/results.jsonl
@@ -50,17 +56,25 @@ except OSError:
     pass
 xs = None
 if stats:
-    peaks = {"mapped_peak": 0, "allocated_peak": 0, "alloc_calls": 0, "processes": 0}
+    peaks = {"mapped_peak": 0, "allocated_peak": 0, "live_peak": 0, "alloc_calls": 0,
+             "free_calls": 0, "syncs": 0, "quarantined": 0, "drains": 0, "processes": 0}
     for path in glob.glob(stats + "*"):
         for line in open(path, errors="replace"):
             try:
-                s = json.loads(line)["stats"]
+                row = json.loads(line)
+                s, p = row["stats"], row.get("preload", {})
             except (ValueError, KeyError):
                 continue
             peaks["processes"] += 1
             peaks["mapped_peak"] = max(peaks["mapped_peak"], s["mapped_bytes"]["peak"])
             peaks["allocated_peak"] = max(peaks["allocated_peak"], s["allocated_bytes"]["peak"])
-            peaks["alloc_calls"] += s.get("alloc_calls", 0)
+            peaks["live_peak"] = max(peaks["live_peak"], p.get("live_peak_bytes", 0))
+            for k in ("alloc_calls", "free_calls"):
+                peaks[k] += s.get(k, 0)
+            for k in ("syncs", "quarantined", "drains"):
+                peaks[k] += p.get(k, 0)
+            peaks["free_mode"] = p.get("free_mode")
+            peaks["quarantine_bound"] = p.get("quarantine_bound")
     xs = peaks if peaks["processes"] else None
 print(json.dumps({"step": name, "rc": int(rc), "seconds": float(secs), "result": work,
                   "xseg": xs, "log": log}))
@@ -96,80 +110,178 @@ step() {
 }
 
 # ---- build ----
-step build 200 bash -c "cmake -S '$root' -B '$build' -DCMAKE_BUILD_TYPE=Release \
+step build 120 bash -c "cmake -S '$root' -B '$build' -DCMAKE_BUILD_TYPE=Release \
     -DXSEG_BUILD_TESTS=OFF > /dev/null && cmake --build '$build' -j \"\$(nproc)\" \
     --target xseg xseg_preload"
-step nvcc 90 nvcc -O2 -o "$out/bin/cuda_churn" "$here/cuda_churn.cu"
+step nvcc 60 nvcc -O2 -o "$out/bin/cuda_churn" "$here/cuda_churn.cu"
 export XSEG_LIBRARY=$build/lib/libxseg.so.0
 unset XSEG_CONF LD_PRELOAD
 
 churn=$out/bin/cuda_churn
-iters=${CHURN_ITERS:-20000}
-# ---- plain CUDA C ----
-step churn_plain 60 "$churn" "$iters"
-step churn_xseg 60 --xseg "$churn" "$iters"
+iters=${CHURN_ITERS:-8000}
+rounds=${CHURN_ROUNDS:-3}
+cq=${CHURN_QUARANTINE:-256m}
+# ---- plain CUDA C: interleaved rounds ----
+for r in $(seq 1 "$rounds"); do
+    step "churn_plain_$r" 30 "$churn" "$iters"
+    step "churn_xseg_$r" 30 --xseg "$churn" "$iters"
+    step "churn_xsegq_$r" 30 --xseg env XSEG_PRELOAD_QUARANTINE="$cq" "$churn" "$iters"
+done
 # ---- CuPy ----
 w=$here/workloads.py
-step cupy_pool_off_plain 60 "$py" "$w" cupy pool_off
-step cupy_pool_off_xseg 60 --xseg "$py" "$w" cupy pool_off
-step cupy_pool_on_plain 60 "$py" "$w" cupy pool_on
-step cupy_pool_on_xseg 60 --xseg "$py" "$w" cupy pool_on
-step cupy_allocator 60 env XSEG_CONF=backend:cuda "$py" "$w" cupy xseg
-# ---- JAX ----
-step jax_plain 75 env XLA_PYTHON_CLIENT_ALLOCATOR=platform "$py" "$w" jax
-step jax_xseg 75 --xseg env XLA_PYTHON_CLIENT_ALLOCATOR=platform "$py" "$w" jax
+cs=(--steps "${CUPY_STEPS:-200}")
+step cupy_pool_off_plain 40 "$py" "$w" cupy pool_off "${cs[@]}"
+step cupy_pool_off_xseg 40 --xseg "$py" "$w" cupy pool_off "${cs[@]}"
+step cupy_pool_on_plain 40 "$py" "$w" cupy pool_on "${cs[@]}"
+step cupy_pool_on_xseg 40 --xseg "$py" "$w" cupy pool_on "${cs[@]}"
+step cupy_allocator 40 env XSEG_CONF=backend:cuda "$py" "$w" cupy xseg "${cs[@]}"
+# ---- JAX: twice without xseg (is it deterministic by itself?), once with ----
+xla_flags=${PROOF_XLA_FLAGS---xla_gpu_deterministic_ops=true --xla_gpu_autotune_level=0}
+jax() {
+    local name=$1; shift
+    step "$name" 60 "$@" env XLA_PYTHON_CLIENT_ALLOCATOR=platform XLA_FLAGS="$xla_flags" \
+        "$py" "$w" jax --steps "${JAX_STEPS:-100}"
+}
+jax jax_plain
+if [ -n "$xla_flags" ] && grep -qi "unknown flag" "$out/logs/jax_plain.log" 2>/dev/null; then
+    echo "gpu_proof: this XLA refuses XLA_FLAGS=$xla_flags; JAX runs without them"
+    xla_flags=""
+    jax jax_plain
+fi
+jax jax_plain2
+jax jax_xseg --xseg
 # ---- PyTorch ----
-step torch_plain 75 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$py" "$w" torch
-step torch_xseg 75 --xseg env PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$py" "$w" torch
+ts=(--steps "${TORCH_STEPS:-100}")
+step torch_plain 60 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$py" "$w" torch "${ts[@]}"
+step torch_xseg 60 --xseg env PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$py" "$w" torch "${ts[@]}"
 
 # ---- summary ----
 "$py" - "$results" "$out/summary.md" <<'PY'
-import json, sys
+import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 by = {r["step"]: r for r in rows}
-pairs = [("cuda_churn", "churn_plain", "churn_xseg"),
-         ("CuPy, pool off", "cupy_pool_off_plain", "cupy_pool_off_xseg"),
-         ("CuPy, pool on", "cupy_pool_on_plain", "cupy_pool_on_xseg"),
-         ("CuPy, pool off vs xseg.cupy_allocator()", "cupy_pool_off_plain", "cupy_allocator"),
-         ("CuPy, pool on vs xseg.cupy_allocator()", "cupy_pool_on_plain", "cupy_allocator"),
-         ("JAX, platform allocator", "jax_plain", "jax_xseg"),
-         ("PyTorch, no caching", "torch_plain", "torch_xseg")]
 mib = lambda b: "-" if b is None else f"{b / 2**20:.1f}"
+
+
 def res(r):
     return (r or {}).get("result") or {}
+
+
+def where_differ(a, b):
+    """First differing value of two runs' sums and the largest relative gap."""
+    sa, sb = res(a).get("sums") or [], res(b).get("sums") or []
+    if len(sa) != len(sb):
+        return f"{len(sa)} vs {len(sb)} values"
+    gaps = [(i, abs(x - y) / max(abs(x), abs(y), 1e-30)) for i, (x, y) in enumerate(zip(sa, sb))
+            if x != y]
+    if not gaps:
+        return "values equal, digests differ"
+    return (f"{len(gaps)} of {len(sa)} values differ, first at {gaps[0][0]}, "
+            f"largest relative gap {max(g for _, g in gaps):.2e}")
+
+
+def failed(*names):
+    why = []
+    for n in names:
+        r = by.get(n)
+        if not r:
+            why.append(f"{n}: not run")
+        elif "checksum" not in res(r):
+            err = str(res(r).get("error", "no result"))[:120].replace("|", "/")
+            why.append(f"{n}: rc {r['rc']}, {err} (logs/{n}.log)")
+    return "; ".join(why)
+
+
+def over_live(x):
+    if not x or not x.get("live_peak"):
+        return "-"
+    return f"{100.0 * (x['mapped_peak'] / x['live_peak'] - 1):+.1f}%"
+
+
 lines = ["# Preload proof (tools/preload/gpu_proof.sh)", "",
          "Peak used: cuMemGetInfo sampled by the workload (after every step; cuda_churn: every "
          "32 iterations), minus the use before the work: the same measure for both runs. "
-         "App peak: the framework's own figure (its source in results.jsonl). xseg peak: "
-         "xseg's own mapped_bytes.peak (under preload from XSEG_PRELOAD_STATS, through "
-         "cupy_allocator from xseg.raw_stats). cuda_churn's alloc s: time inside the "
-         "allocation and free calls.", "",
-         "| workload | same result | wall s (app) | wall s (xseg) | speed-up | peak used MiB "
-         "(app) | peak used MiB (xseg) | app peak MiB | xseg mapped peak MiB | alloc s (app / xseg) |",
-         "|---|---|---|---|---|---|---|---|---|---|"]
+         "App peak: the framework's own figure (its source in results.jsonl). xseg mapped "
+         "peak: xseg's mapped_bytes.peak (under preload from XSEG_PRELOAD_STATS, through "
+         "cupy_allocator from xseg.raw_stats). Live peak: the application's peak live bytes "
+         "as requested, counted by the preload library; over live: mapped peak / live peak - 1 "
+         "(the issue's target: within 2%). Syncs / frees: device syncs the preload library "
+         "made / frees xseg served.", ""]
+
+# cuda_churn: rounds
+variants = [("without xseg", "churn_plain"), ("xseg (default quarantine)", "churn_xseg"),
+            ("xseg (XSEG_PRELOAD_QUARANTINE bigger)", "churn_xsegq")]
+lines += ["## cuda_churn, interleaved rounds", "",
+          "| run | rounds ok | same result | wall s median (min-max) | speed-up (medians) | "
+          "alloc+free s median (min-max) | peak used MiB (max) | xseg mapped peak MiB | "
+          "live peak MiB | over live | syncs / frees |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+def rounds_of(prefix):
+    return [r for r in rows if r["step"].startswith(prefix + "_") and "checksum" in res(r)]
+base = rounds_of("churn_plain")
+base_sums = {res(r)["checksum"] for r in base}
+base_wall = statistics.median(res(r)["wall_s"] for r in base) if base else None
+def mm(vals):
+    return f"{statistics.median(vals):.3f} ({min(vals):.3f}-{max(vals):.3f})" if vals else "-"
+for title, prefix in variants:
+    rs = rounds_of(prefix)
+    tried = [r for r in rows if r["step"].startswith(prefix + "_")]
+    if not rs:
+        lines.append(f"| {title} | 0/{len(tried)} | - | | | | | | | | "
+                     f"{failed(*[r['step'] for r in tried]) or 'not run'} |")
+        continue
+    sums = {res(r)["checksum"] for r in rs}
+    same = "yes" if len(sums) == 1 and (prefix == "churn_plain" or sums == base_sums) else "**NO**"
+    walls = [res(r)["wall_s"] for r in rs]
+    sp = f"{base_wall / statistics.median(walls):.2f}x" if base_wall else "-"
+    xs = [r.get("xseg") or {} for r in rs]
+    mp = max((x.get("mapped_peak", 0) for x in xs), default=0) or None
+    lp = max((x.get("live_peak", 0) for x in xs), default=0) or None
+    ol = "-" if prefix == "churn_plain" else over_live({"mapped_peak": mp, "live_peak": lp})
+    sf = "-" if prefix == "churn_plain" else \
+        f"{sum(x.get('syncs', 0) for x in xs)} / {sum(x.get('free_calls', 0) for x in xs)}"
+    bound = next((x.get("quarantine_bound") for x in xs if x.get("quarantine_bound")), None)
+    lines.append(f"| {title}{' ' + bound if bound else ''} | {len(rs)}/{len(tried)} | {same} | "
+                 f"{mm(walls)} | {sp} | {mm([res(r)['alloc_free_s'] for r in rs])} | "
+                 f"{mib(max(res(r)['peak_used_bytes'] for r in rs))} | {mib(mp)} | {mib(lp)} | "
+                 f"{ol} | {sf} |")
+
+pairs = [("CuPy, pool off", "cupy_pool_off_plain", "cupy_pool_off_xseg"),
+         ("CuPy, pool on", "cupy_pool_on_plain", "cupy_pool_on_xseg"),
+         ("CuPy, pool off vs xseg.cupy_allocator()", "cupy_pool_off_plain", "cupy_allocator"),
+         ("CuPy, pool on vs xseg.cupy_allocator()", "cupy_pool_on_plain", "cupy_allocator"),
+         ("JAX, platform allocator: plain vs plain (deterministic by itself?)", "jax_plain",
+          "jax_plain2"),
+         ("JAX, platform allocator", "jax_plain", "jax_xseg"),
+         ("PyTorch, no caching", "torch_plain", "torch_xseg")]
+lines += ["", "## Frameworks", "",
+          "| workload | same result | wall s (app) | wall s (xseg) | speed-up | peak used MiB "
+          "(app) | peak used MiB (xseg) | app peak MiB | xseg mapped peak MiB | live peak MiB | "
+          "over live | syncs / frees |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+notes = []
 for title, a, b in pairs:
     ra, rb = by.get(a), by.get(b)
     wa, wb = res(ra), res(rb)
     if "checksum" not in wa or "checksum" not in wb:
-        why = []
-        for n, r in ((a, ra), (b, rb)):
-            if not r:
-                why.append(f"{n}: not run")
-            elif "checksum" not in res(r):
-                err = str(res(r).get("error", "no result"))[:120].replace("|", "/")
-                why.append(f"{n}: rc {r['rc']}, {err} (logs/{n}.log)")
-        lines.append(f"| {title} | - | | | | | | | | {'; '.join(why)} |")
+        lines.append(f"| {title} | - | | | | | | | | | | {failed(a, b)} |")
         continue
     same = "yes" if wa.get("checksum") == wb.get("checksum") else "**NO**"
+    if same != "yes":
+        notes.append(f"- {title}: {where_differ(ra, rb)}")
     sp = wa["wall_s"] / wb["wall_s"] if wb.get("wall_s") else 0
-    xpeak = (rb.get("xseg") or {}).get("mapped_peak", wb.get("xseg_mapped_peak"))
-    al = ""
-    if "alloc_free_s" in wa:
-        al = f"{wa['alloc_free_s']:.3f} / {wb['alloc_free_s']:.3f}"
+    x = rb.get("xseg") or {}
+    xpeak = x.get("mapped_peak", wb.get("xseg_mapped_peak"))
+    sf = f"{x['syncs']} / {x['free_calls']}" if "syncs" in x else "-"
     lines.append(f"| {title} | {same} | {wa['wall_s']:.3f} | {wb['wall_s']:.3f} | {sp:.2f}x | "
                  f"{mib(wa.get('peak_used_bytes'))} | {mib(wb.get('peak_used_bytes'))} | "
-                 f"{mib(wa.get('app_peak_bytes'))} | {mib(xpeak)} | {al} |")
-lines += ["", "Steps: " + ", ".join(f"{r['step']} rc={r['rc']}" for r in rows), ""]
+                 f"{mib(wa.get('app_peak_bytes'))} | {mib(xpeak)} | {mib(x.get('live_peak'))} | "
+                 f"{over_live(x)} | {sf} |")
+if notes:
+    lines += ["", "Differences:"] + notes
+flags = res(by.get("jax_plain")).get("xla_flags")
+lines += ["", f"JAX ran with XLA_FLAGS={flags!r}.",
+          "", "Steps: " + ", ".join(f"{r['step']} rc={r['rc']} ({r['seconds']:.0f} s)"
+                                    for r in rows), ""]
 open(sys.argv[2], "w").write("\n".join(lines))
 print("\n".join(lines))
 PY

@@ -7,18 +7,18 @@
  * live, so it cannot be handed out again.  One synchronisation of the device
  * (cuCtxSynchronize through the real function, after every free of the
  * list) releases the whole list to xseg (xseg_free).  A drain happens:
- *  - when the list passes its bound: more than `bound` bytes or `count`
- *    blocks (XSEG_PRELOAD_QUARANTINE=BYTES[,COUNT], default 256m,1024);
- *  - before an allocation that would need new memory: xseg's cached bytes
- *    (mapped - allocated) are short of the request, so the quarantined
- *    blocks could serve it (the quarantine does not make xseg grow);
+ *  - when the list passes its bound: more bytes than the bound or `count`
+ *    blocks (XSEG_PRELOAD_QUARANTINE=BOUND[,COUNT]; BOUND in bytes, or a
+ *    percentage of the application's peak live bytes on the device, at
+ *    least 2 MiB; default 1%,1024): the quarantine adds at most that to
+ *    the memory xseg maps;
+ *  - before an allocation that xseg's cached bytes (mapped - allocated)
+ *    cannot serve, and after one that made xseg map more: the quarantined
+ *    blocks could have served it;
  *  - when an allocation fails (out of memory, the cap): drain, then retry;
  *  - at exit when XSEG_PRELOAD_STATS is set, so the stats are exact.
  * A second free of a quarantined pointer is refused (a set of the list's
- * pointers), as the real free refuses a pointer it no longer knows.
- * The cached-bytes check costs a stats call; a per-device estimate of the
- * room left (cached bytes at the last look, minus what was allocated
- * since) skips it while the room is plenty. */
+ * pointers), as the real free refuses a pointer it no longer knows. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>

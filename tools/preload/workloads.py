@@ -1,17 +1,22 @@
 #!/usr/bin/env python3
 """workloads.py: the framework workloads of the preload proof (gpu_proof.sh).
 
-    workloads.py cupy MODE      MODE: pool_off (cupy.cuda.set_allocator(None):
+    workloads.py cupy MODE [--steps N]  MODE: pool_off (cupy.cuda.set_allocator(None):
                                 every allocation reaches cudaMalloc), pool_on
                                 (CuPy's MemoryPool), xseg (xseg.cupy_allocator())
-    workloads.py jax            a small MLP training loop (run it with
-                                XLA_PYTHON_CLIENT_ALLOCATOR=platform)
-    workloads.py torch          a small conv net training loop (run it with
-                                PYTORCH_NO_CUDA_MEMORY_CACHING=1)
+    workloads.py jax [--steps N]    a small MLP training loop (run it with
+                                XLA_PYTHON_CLIENT_ALLOCATOR=platform; gpu_proof.sh sets
+                                XLA_FLAGS=--xla_gpu_deterministic_ops=true
+                                --xla_gpu_autotune_level=0 so that two runs can agree)
+    workloads.py torch [--steps N]  a small conv net training loop (run it with
+                                PYTORCH_NO_CUDA_MEMORY_CACHING=1; deterministic
+                                cuDNN and cuBLAS)
 
 None of them names xseg except `cupy xseg`.  Each prints one JSON line:
 a checksum of its results (identical for any correct allocator: same seeds,
-same kernels), the wall time of the work (imports and warm-up excluded),
+same kernels, deterministic ops; "sums" lists the values behind it, so a
+difference can be located), the wall time of the work (imports and warm-up
+excluded),
 and the peak device memory in use: "peak_used_bytes" is the driver's
 cuMemGetInfo sampled after every step (minus the use before the work), the
 same measure for every allocator; "app_peak_bytes" is the framework's own
@@ -61,6 +66,8 @@ def digest(values):
 
 def report(name, mode, sums, wall, mem, app_peak=None, app_source=None, extra=None):
     out = {"workload": name, "mode": mode, "checksum": digest(sums), "last": float(sums[-1]),
+           "steps": len(sums), "sums": [float(v) for v in sums],
+           "xla_flags": os.environ.get("XLA_FLAGS"),
            "wall_s": round(wall, 4), "peak_used_bytes": mem.peak,
            "peak_source": "cuMemGetInfo after every step, minus the use before the work",
            "app_peak_bytes": app_peak, "app_peak_source": app_source,
@@ -90,7 +97,7 @@ def cupy_work(cp, steps, mem, pool):
     return sums, peak
 
 
-def run_cupy(mode):
+def run_cupy(mode, steps):
     import cupy as cp
     pool = None
     if mode == "pool_off":
@@ -106,7 +113,7 @@ def run_cupy(mode):
     cupy_work(cp, 5, mem, None)  # warm-up: kernels compiled, handles made
     mem.base, mem.peak = mem.used(), 0
     t0 = time.perf_counter()
-    sums, peak = cupy_work(cp, 300, mem, pool)
+    sums, peak = cupy_work(cp, steps, mem, pool)
     wall = time.perf_counter() - t0
     extra = {}
     if mode == "xseg":
@@ -121,7 +128,7 @@ def run_cupy(mode):
 
 # ---- JAX ----
 
-def run_jax():
+def run_jax(steps):
     import jax
     import jax.numpy as jnp
 
@@ -155,7 +162,7 @@ def run_jax():
     mem.base, mem.peak = mem.used(), 0
     sums = []
     t0 = time.perf_counter()
-    for i in range(200):
+    for i in range(steps):
         x, y = batch(i)
         params, val = step(params, x, y)
         sums.append(float(val))
@@ -171,11 +178,13 @@ def run_jax():
 
 # ---- PyTorch ----
 
-def run_torch():
+def run_torch(steps):
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
     import torch
     torch.manual_seed(0)
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(True, warn_only=True)
     dev = torch.device("cuda", 0)
     net = torch.nn.Sequential(
         torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(),
@@ -206,7 +215,7 @@ def run_torch():
     torch.cuda.reset_peak_memory_stats()
     sums = []
     t0 = time.perf_counter()
-    for i in range(1, 151):
+    for i in range(1, steps + 1):
         sums.append(float(train_step(i)))
         mem.sample()
     torch.cuda.synchronize()
@@ -217,16 +226,25 @@ def run_torch():
            "torch.cuda.max_memory_allocated")
 
 
+DEFAULT_STEPS = {"cupy": 300, "jax": 200, "torch": 150}
+
+
 def main(argv):
     if len(argv) < 2 or argv[1] in ("-h", "--help"):
         print(__doc__)
         return 0 if len(argv) >= 2 else 2
+    args = argv[2:]
+    steps = DEFAULT_STEPS.get(argv[1], 0)
+    if "--steps" in args:
+        i = args.index("--steps")
+        steps = int(args[i + 1])
+        del args[i:i + 2]
     if argv[1] == "cupy":
-        run_cupy(argv[2] if len(argv) > 2 else "pool_off")
+        run_cupy(args[0] if args else "pool_off", steps)
     elif argv[1] == "jax":
-        run_jax()
+        run_jax(steps)
     elif argv[1] == "torch":
-        run_torch()
+        run_torch(steps)
     else:
         print(f"workloads.py: unknown workload {argv[1]}", file=sys.stderr)
         return 2
