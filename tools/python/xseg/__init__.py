@@ -28,6 +28,7 @@ from ._stats import (backend, empty_cache, graph_pools, history_json, memory_sta
 from ._sleep import current_tag, sleep, tag, tag_stats, wake_up
 from ._summary import summary
 from .cupy import cupy_allocator
+from . import share  # noqa: F401 (xseg.share: memory handed to other processes)
 from ._torch import has_graph_hooks, hooks, install, installed
 
 __version__ = "0.1.0"
