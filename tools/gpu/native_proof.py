@@ -77,6 +77,9 @@ def serve_loop(torch, events_wanted, too_large_bytes):
                 batch_size = min(8, batch_size * 2)
             except torch.OutOfMemoryError:
                 events += 1
+                if events <= 3 or events % 20 == 0:  # progress, in the case's stderr
+                    print(f"serve: OOM event {events}, batch {len(batch)}, batches run "
+                          f"{batches}", file=sys.stderr, flush=True)
                 if len(batch) == 1:  # this request alone does not fit: rejected
                     digests[batch[0][0]] = "rejected"
                     queue = queue[1:]
