@@ -16,7 +16,11 @@
 #   5. nccl: libnccl.so.2 of the pip package nvidia-nccl-cu13, a one-rank
 #      communicator, ncclCommRegister of a 256 MiB registrable block and an
 #      all-reduce on it;
-#   6. test_share (the host-backend suite) if the build has Check; without
+#   6. torch (when python3 imports torch, and 70 s are left; else skipped,
+#      not failed): a 64 MiB tensor made by xseg.share.empty_shareable,
+#      sent to a child process that opens it (recv_tensor), checks and
+#      doubles the values; the parent checks the doubled values;
+#   7. test_share (the host-backend suite) if the build has Check; without
 #      it the step is recorded as "skipped(not built: no Check)", not failed.
 # Each step runs under `timeout`; a failure is recorded and the next runs.
 # Writes into OUTDIR:
@@ -31,7 +35,7 @@
 # Environment: XSEG_SHARE_BUILD (build folder), CUDA_HOME, NCCL_LIB (path of
 # libnccl.so.2; default: found through the python package nvidia.nccl),
 # SHARE_SYNC_BYTES (default 1610612736, 1.5 GiB).
-case "${1:-}" in -h|--help|"") sed -n "2,33p" "$0" | sed "s/^# \{0,1\}//"; exit 0 ;; esac
+case "${1:-}" in -h|--help|"") sed -n "2,37p" "$0" | sed "s/^# \{0,1\}//"; exit 0 ;; esac
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=$(mkdir -p "$1" && cd "$1" && pwd)
@@ -91,6 +95,48 @@ build_lib='cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release >>"$3" 2>&1 &&
 build_tests='cmake --build "$2" -j"$(nproc)" --target test_share >>"$3" 2>&1 &&
     cd "$2" && ctest -R "^test_share\$" --output-on-failure'
 
+# The torch step's program: a (4096, 4096) float32 tensor made by
+# xseg.share.empty_shareable, filled, sent with send_tensor to a child
+# process that opens it with recv_tensor, checks the values and doubles
+# them; the parent checks the doubled values.  One JSON line.
+torch_py=$out/share_torch.py
+cat >"$torch_py" <<'PYEOF'
+import json, socket, subprocess, sys, time
+import torch
+from xseg import share
+shape = (4096, 4096)
+def want():
+    return torch.arange(shape[0] * shape[1], dtype=torch.float32, device="cuda:0").view(shape)
+if len(sys.argv) > 1:  # the importer
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    t = share.recv_tensor(sock, device=0)
+    ok = t.shape == shape and t.device == torch.device("cuda:0") and bool((t == want()).all())
+    t.mul_(2)
+    torch.cuda.synchronize()
+    del t
+    sock.sendall(b"1" if ok else b"0")
+    sys.exit(0)
+t0 = time.perf_counter()
+t = share.empty_shareable(shape, torch.float32, device=0)
+t.copy_(want())
+torch.cuda.synchronize()
+a, b = socket.socketpair()
+child = subprocess.Popen([sys.executable, __file__, str(b.fileno())], pass_fds=(b.fileno(),))
+b.close()
+share.send_tensor(a, t)
+child_ok = a.recv(1) == b"1"
+child.wait(timeout=80)
+back_ok = bool((t == want() * 2).all())
+del t
+torch.cuda.synchronize()
+ok = child_ok and back_ok and child.returncode == 0
+print(json.dumps({"mode": "torch", "ok": ok, "bytes": shape[0] * shape[1] * 4,
+                  "child_read_ok": child_ok, "parent_sees_writes": back_ok,
+                  "seconds_with_child_start": round(time.perf_counter() - t0, 3),
+                  "torch": torch.__version__}))
+sys.exit(0 if ok else 1)
+PYEOF
+
 find_nccl() {
     if [ -n "${NCCL_LIB:-}" ]; then echo "$NCCL_LIB"; return; fi
     local d
@@ -120,6 +166,16 @@ if step build 300 bash -c "$build_lib" build "$root" "$build" "$log" "$bin"; the
         say "step nccl: no libnccl.so.2 (pip install nvidia-nccl-cu13, or NCCL_LIB=...)"
         printf '{"step":"nccl","status":"failed(no libnccl)","seconds":0}\n' >>"$res"
         failed=1
+    fi
+    if ! python3 -c 'import torch' 2>/dev/null; then
+        say "step torch: skipped (python3 cannot import torch)"
+        printf '{"step":"torch","status":"skipped(no torch)","seconds":0}\n' >>"$res"
+    elif [ "$(left)" -lt 70 ]; then
+        say "step torch: skipped ($(left) s left)"
+        printf '{"step":"torch","status":"skipped(deadline)","seconds":0}\n' >>"$res"
+    else
+        step torch 90 env XSEG_LIBRARY="$build/lib/libxseg.so.0" \
+            PYTHONPATH="$root/tools/python${PYTHONPATH:+:$PYTHONPATH}" python3 "$torch_py"
     fi
     if grep -q '^CHECK_FOUND:INTERNAL=1' "$build/CMakeCache.txt" 2>/dev/null; then
         step test_share 240 bash -c "$build_tests" test "$root" "$build" "$log"
