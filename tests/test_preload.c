@@ -502,7 +502,8 @@ START_TEST(stats_at_exit)
 }
 END_TEST
 
-/* xseg-run sets LD_PRELOAD (keeping what was there) and XSEG_CONF. */
+/* xseg-run sets LD_PRELOAD (keeping what was there), XSEG_CONF and the
+ * free mode. */
 START_TEST(xseg_run_wrapper)
 {
     run r;
@@ -521,6 +522,12 @@ START_TEST(xseg_run_wrapper)
     char *none[] = {(char *)XSEG_RUN, NULL};
     spawn(&r, none, NULL, NULL);
     ck_assert_int_eq(r.status, 2);
+    char *modes[] = {(char *)XSEG_RUN, (char *)"--conf", (char *)CONF, (char *)"--free",
+                     (char *)"sync", (char *)"--quarantine", (char *)"64m", (char *)"--",
+                     (char *)APP, (char *)"basic", NULL};
+    spawn(&r, modes, NULL, NULL); /* --free sync: a sync per free, whatever the bound */
+    assert_clean(&r, "xseg-run --free sync");
+    ck_assert_int_ge(count(r.out, "fake.cuCtxSynchronize"), 10);
 }
 END_TEST
 
