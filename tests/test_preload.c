@@ -349,6 +349,7 @@ START_TEST(quarantine_few_syncs_no_early_reuse)
                   "left at exit: %s", stats);
     ck_assert_int_ge(stat_of(stats, "quarantined"), 3000);
     ck_assert_int_eq(stat_of(stats, "quarantine_free_errors"), 0);
+    ck_assert_int_eq(stat_of(stats, "quarantine_held_bytes"), 0);
     ck_assert_int_ge(stat_of(stats, "drains_growth") + stat_of(stats, "drains_oom"), 1);
     ck_assert_int_eq(stat_of(stats, "quarantine_bound_bytes"), 64 << 20);
 }

@@ -63,6 +63,8 @@ void pl_meminfo(int device, size_t *free_bytes, size_t *total_bytes);
 /* Wait for the work queued on device d (its current or primary context),
  * as cudaFree does, through the real cuCtxSynchronize. */
 void pl_sync_device(int d);
+/* The calling thread's current device (the real cuCtxGetDevice), or -1. */
+int pl_current_device(void);
 
 /* ---- quarantine.c: frees released by one device sync per list ---- */
 struct xseg;
@@ -83,7 +85,9 @@ size_t pl_q_before_alloc(int d, struct xseg *xs, size_t size);
 void pl_q_after_alloc(int d, struct xseg *xs, size_t mapped_before);
 /* Sync the device and give the list to xseg: the bytes released. */
 size_t pl_q_drain(int d, struct xseg *xs, int why);
-void pl_q_drain_all(struct xseg *const *xs, int why); /* xs: PL_MAX_DEVICES */
+/* At exit: drain the current device's list (a sync of its current context;
+ * never a context made for it).  xs: PL_MAX_DEVICES allocators. */
+void pl_q_drain_at_exit(struct xseg *const *xs);
 size_t pl_q_held(int d);                              /* bytes quarantined now */
 void pl_q_fork_child(void);
 int pl_q_json(int d, char *buf, size_t cap);          /* "key":value,... */

@@ -16,7 +16,9 @@
  *    cannot serve, and after one that made xseg map more: the quarantined
  *    blocks could have served it;
  *  - when an allocation fails (out of memory, the cap): drain, then retry;
- *  - at exit when XSEG_PRELOAD_STATS is set, so the stats are exact.
+ *  - at exit when XSEG_PRELOAD_STATS is set, so the stats are exact: the
+ *    current device's list only, through its current context (at exit a
+ *    context is never made for a sync; what stays is reported as held).
  * A second free of a quarantined pointer is refused (a set of the list's
  * pointers), as the real free refuses a pointer it no longer knows. */
 #include <pthread.h>
@@ -216,11 +218,11 @@ size_t pl_q_drain(int d, xseg_t *xs, int why)
     return bytes;
 }
 
-void pl_q_drain_all(xseg_t *const *xs, int why)
+void pl_q_drain_at_exit(xseg_t *const *xs)
 {
-    for (int d = 0; d < PL_MAX_DEVICES; d++)
-        if (xs[d] && atomic_load(&g_q[d].held))
-            pl_q_drain(d, xs[d], why);
+    int d = pl_current_device(); /* the CUDA runtime may have let go of the others */
+    if (d >= 0 && d < PL_MAX_DEVICES && xs[d] && atomic_load(&g_q[d].held))
+        pl_q_drain(d, xs[d], PL_Q_EXIT);
 }
 
 /* ---- free ---- */
@@ -325,10 +327,11 @@ int pl_q_json(int d, char *buf, size_t cap)
                     "\"quarantine_count\":%zu,\"quarantined\":%lu,"
                     "\"drains\":%lu,\"drains_bound\":%lu,\"drains_growth\":%lu,"
                     "\"drains_oom\":%lu,\"drains_exit\":%lu,\"quarantine_peak_bytes\":%zu,"
-                    "\"quarantine_freed_bytes\":%lu,\"quarantine_free_errors\":%lu",
+                    "\"quarantine_freed_bytes\":%lu,\"quarantine_free_errors\":%lu,"
+                    "\"quarantine_held_bytes\":%zu",
                     g_spec, atomic_load(&q->last_bound), g_count, atomic_load(&q->quarantined), atomic_load(&q->drains),
                     atomic_load(&q->why[PL_Q_BOUND]), atomic_load(&q->why[PL_Q_GROWTH]),
                     atomic_load(&q->why[PL_Q_OOM]), atomic_load(&q->why[PL_Q_EXIT]),
                     atomic_load(&q->peak), atomic_load(&q->freed_bytes),
-                    atomic_load(&q->errors));
+                    atomic_load(&q->errors), atomic_load(&q->held));
 }

@@ -224,6 +224,13 @@ typedef pl_result (*fn_ctx_p)(void **);
 /* Wait for the work queued on device d, as cudaFree and cuMemFree do
  * before memory can be used again: its current context when it is the
  * thread's, else its primary context pushed for the time of the call. */
+int pl_current_device(void)
+{
+    FN(get_dev, fn_int_p, S_cuCtxGetDevice);
+    int cur = -1;
+    return get_dev && get_dev(&cur) == PL_SUCCESS ? cur : -1;
+}
+
 void pl_sync_device(int d)
 {
     FN(get_dev, fn_int_p, S_cuCtxGetDevice);
@@ -347,7 +354,7 @@ static void write_stats(void)
         own[d] = atomic_load(&g_xs[d]);
         own[d] = atomic_load(&g_inherited[d]) ? NULL : own[d];
     }
-    pl_q_drain_all(own, PL_Q_EXIT); /* exact figures: nothing left in quarantine */
+    pl_q_drain_at_exit(own); /* exact figures: nothing left in quarantine */
     for (int d = 0; d < PL_MAX_DEVICES; d++)
         if (own[d])
             write_one(f, d, own[d]);
