@@ -8,13 +8,6 @@
 #include "debug.h"
 #include "internal.h"
 
-/* worker.c (their declarations belong in internal.h, beside xworker_push;
- * kept here until that file takes them).  xs->lock held for both:
- * settle what the worker has run; finish the queued unmaps of old
- * mappings now (those not started run on this thread), lock kept. */
-void xworker_settle_locked(xseg_t *xs);
-void xworker_finish_unmaps_locked(xseg_t *xs);
-
 /* ---- block records ---- */
 
 xblock *xblock_new(xseg_t *xs)

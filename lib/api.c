@@ -447,10 +447,7 @@ xseg_status xseg_reset_peak(xseg_t *xs)
         if (c)
             xseg_reset_peak(c);
     }
-    /* share.c: the dedicated and imported counters' peaks (declared here,
-     * in the one function of this file that uses it) */
-    void xshare_reset_peak(xseg_t *);
-    if (!xs->parent)
+    if (!xs->parent) /* the dedicated and imported counters' peaks */
         xshare_reset_peak(xs);
     return XSEG_OK;
 }

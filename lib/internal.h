@@ -282,7 +282,7 @@ struct xseg {
     size_t bk_host_cap;
     uint64_t sleeps, wakes, last_sleep_ns, last_wake_ns;
     /* sharing (share.c): dedicated, exported and imported blocks, peers;
-     * NULL until the first use (kept in a family's parent only) */
+     * made at create (xshare_setup), in a family's parent only */
     struct xshare *share;
 };
 
@@ -482,6 +482,8 @@ void xsleep_fini(xseg_t *xs, int call_driver);
  * status). */
 xseg_status xshare_setup(xseg_t *xs);
 void xshare_fini(xseg_t *xs, int call_driver);
+/* The dedicated and imported counters' peaks (xseg_reset_peak). */
+void xshare_reset_peak(xseg_t *xs);
 xseg_status xshare_alloc(xseg_t *xs, size_t size, void *stream, void **out);
 /* 1 when ptr is a dedicated block of xs's family: then *st is the outcome
  * of freeing it / recording the stream / its sizes; 0: not one (nothing done). */
@@ -568,9 +570,15 @@ void xworker_stop(xseg_t *xs, int call_driver);
 int xworker_takes(const xseg_t *xs);
 /* Queue a job (xs->lock held). */
 void xworker_push(xseg_t *xs, xrelease *job);
-/* Wait until the worker has nothing queued or running.  Called with
- * xs->lock held: gives it up while waiting and takes it again. */
+/* Wait until the worker has nothing queued or running, and settle what it
+ * did.  Called with xs->lock held: gives it up while waiting and takes it
+ * again (the worker itself never takes xs->lock). */
 void xworker_drain_locked(xseg_t *xs);
+/* Settle the jobs the worker has finished (its done list), xs->lock held. */
+void xworker_settle_locked(xseg_t *xs);
+/* Run the queued unmaps the worker has not started on this thread and wait
+ * for the one it is running, xs->lock held (growth and splits call it). */
+void xworker_finish_unmaps_locked(xseg_t *xs);
 
 /* ---- freeidx.c ---- */
 void xfi_init(xfreeidx *f);

@@ -989,7 +989,6 @@ xseg_status xshare_stats(xseg_t *xs, xseg_share_stats *out)
 }
 
 /* xseg_reset_peak's part: every peak to its current (api.c declares it). */
-void xshare_reset_peak(xseg_t *xs);
 void xshare_reset_peak(xseg_t *xs)
 {
     xseg_t *fam = xfam(xs);

@@ -21,11 +21,6 @@
 
 #include "internal.h"
 
-/* Declared in alloc.c too (their place is internal.h, beside xworker_push;
- * kept here until that file takes them). */
-void xworker_settle_locked(xseg_t *xs);
-void xworker_finish_unmaps_locked(xseg_t *xs);
-
 #define XWK_TRIES 3 /* unmaps of one handle before it goes back to the tables */
 
 struct xworker {
