@@ -63,6 +63,16 @@ static int usable(void *p, size_t n, unsigned seed)
     return b[n - 1] == (unsigned char)seed;
 }
 
+/* The pattern usable() left is still there: nobody else got the memory. */
+static int intact(const void *p, size_t n, unsigned seed)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i + 1 < n; i += 61)
+        if (b[i] != (unsigned char)(seed + i))
+            return 0;
+    return b[n - 1] == (unsigned char)seed;
+}
+
 static void counts(void)
 {
     static const char *const drv[] = {"cuMemAlloc_v2", "cuMemFree_v2", "cuMemAllocAsync",
@@ -237,10 +247,13 @@ static void *worker(void *arg)
 {
     job *j = arg;
     void *live[8] = {0};
+    size_t len[8] = {0};
+    unsigned seed[8] = {0};
     cudaSetDevice(j->device);
     for (int i = 0; i < 400; i++) {
         int k = i % 8;
         if (live[k]) {
+            j->errors += !intact(live[k], len[k], seed[k]); /* handed to no one else */
             j->errors += (k & 1) ? cuMemFree_v2((fake_devptr)(uintptr_t)live[k]) != 0
                                  : cudaFree(live[k]) != 0;
             live[k] = NULL;
@@ -253,9 +266,11 @@ static void *worker(void *arg)
             continue;
         }
         live[k] = (void *)(uintptr_t)d;
+        len[k] = n;
+        seed[k] = (unsigned)(j->index * 31 + i);
         j->fake += fake_owns(live[k]);
         j->of++;
-        j->errors += !usable(live[k], n, (unsigned)(j->index * 31 + i));
+        j->errors += !usable(live[k], n, seed[k]);
     }
     for (int k = 0; k < 8; k++)
         if (live[k])
