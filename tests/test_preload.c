@@ -284,14 +284,15 @@ static churn_line churn_of(const run *r)
     return c;
 }
 
-/* Run `mode` (churn, churnloop) with `extra` set and the stats at exit in
- * `stats` (cap OUT_CAP). */
-static void churn_run(run *r, const char *mode, const char *extra, char *stats)
+/* Run `mode` (churn, churnloop) with `extra` and `extra2` set (NULL:
+ * none) and the stats at exit in `stats` (cap OUT_CAP). */
+static void churn_run2(run *r, const char *mode, const char *extra, const char *extra2,
+                       char *stats)
 {
     char dir[] = "/tmp/xseg_preload_churnXXXXXX", env0[128], cmd[160];
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(env0, sizeof env0, "XSEG_PRELOAD_STATS=%s/s", dir);
-    const char *env[] = {env0, extra, NULL};
+    const char *env[] = {env0, extra, extra ? extra2 : NULL, NULL};
     app(r, mode, PRELOAD, env);
     snprintf(cmd, sizeof cmd, "cat %s/s 2>/dev/null; rm -rf %s", dir, dir);
     FILE *f = popen(cmd, "r");
@@ -299,6 +300,11 @@ static void churn_run(run *r, const char *mode, const char *extra, char *stats)
     stats[n] = '\0';
     if (f)
         pclose(f);
+}
+
+static void churn_run(run *r, const char *mode, const char *extra, char *stats)
+{
+    churn_run2(r, mode, extra, NULL, stats);
 }
 
 /* The number after "key": in the stats line, a counter's current value or
@@ -355,9 +361,10 @@ START_TEST(quarantine_few_syncs_no_early_reuse)
 }
 END_TEST
 
-/* The default bound (1% of the peak live bytes, at least 2 MiB) still
- * saves most syncs, and the memory stays within a few MiB of what a sync
- * per free maps. */
+/* The default bound (0.5% of the peak live bytes, at least 2 MiB) still
+ * saves most syncs, made on the drain thread; the memory stays within a
+ * few MiB of what a sync per free maps; quarantined and in flight together
+ * stay within two bounds plus two blocks. */
 START_TEST(quarantine_default_memory)
 {
     static char stats[OUT_CAP], sync_stats[OUT_CAP];
@@ -372,12 +379,15 @@ START_TEST(quarantine_default_memory)
     ck_assert_msg(q > 0 && s > 0 && q <= s + (4 << 20), "mapped peak %lld (quarantine) vs %lld "
                   "(sync per free)", q, s);
     ck_assert_int_eq(stat_of(stats, "quarantine_bound_bytes"), 2 << 20);
-    ck_assert_int_le(stat_of(stats, "quarantine_peak_bytes"), (2 << 20) + (4 << 20) + 4096);
+    ck_assert_int_le(stat_of(stats, "quarantine_peak_bytes"), 2 * ((2 << 20) + (4 << 20) + 4096));
+    ck_assert_int_gt(stat_of(stats, "drains_thread"), c.syncs / 2);
 }
 END_TEST
 
 /* XSEG_PRELOAD_QUARANTINE=1m,16 bounds what is held: a sync at least every
- * 16 frees, never more than 1 MiB plus one block held. */
+ * 16 frees, never more than 1 MiB plus one block in quarantine and as much
+ * in flight on the drain thread; with XSEG_PRELOAD_DRAIN=inline, nothing
+ * in flight and no drain on the thread. */
 START_TEST(quarantine_bounded)
 {
     static char stats[OUT_CAP];
@@ -388,9 +398,17 @@ START_TEST(quarantine_bounded)
     ck_assert_int_eq(c.reused, 0);
     ck_assert_int_ge(c.syncs, c.frees / 16);
     long long peak = stat_of(stats, "quarantine_peak_bytes");
-    ck_assert_msg(peak > 0 && peak <= (1 << 20) + (4 << 20) + 4096,
+    ck_assert_msg(peak > 0 && peak <= 2 * ((1 << 20) + (4 << 20) + 4096),
                   "quarantine peak %lld bytes: %s", peak, stats);
     ck_assert_int_eq(stat_of(stats, "quarantine_bound_bytes"), 1 << 20);
+    churn_run2(&r, "churnloop", "XSEG_PRELOAD_QUARANTINE=1m,16", "XSEG_PRELOAD_DRAIN=inline",
+               stats);
+    assert_clean(&r, "churn 1m,16 inline");
+    c = churn_of(&r);
+    ck_assert_int_eq(c.reused, 0);
+    ck_assert_int_ge(c.syncs, c.frees / 16);
+    ck_assert_int_eq(stat_of(stats, "drains_thread"), 0);
+    ck_assert_int_le(stat_of(stats, "quarantine_peak_bytes"), (1 << 20) + (4 << 20) + 4096);
 }
 END_TEST
 
@@ -409,6 +427,10 @@ START_TEST(early_reuse_is_seen_without_quarantine)
     c = churn_of(&r);
     ck_assert_int_eq(c.reused, 0);
     ck_assert_int_ge(c.syncs, c.frees);
+    churn_run(&r, "churnloop", "XSEG_PRELOAD_DRAIN=inline", stats); /* the default is thread */
+    c = churn_of(&r);
+    ck_assert_int_eq(c.reused, 0);
+    ck_assert_int_eq(stat_of(stats, "drains_thread"), 0);
 }
 END_TEST
 
@@ -420,7 +442,7 @@ START_TEST(quarantine_bad_value)
     churn_run(&r, "churnloop", "XSEG_PRELOAD_QUARANTINE=12x", stats);
     assert_clean(&r, "bad quarantine value");
     ck_assert_ptr_nonnull(strstr(r.err, "XSEG_PRELOAD_QUARANTINE=12x"));
-    ck_assert_ptr_nonnull(strstr(stats, "\"quarantine_bound\":\"1%\""));
+    ck_assert_ptr_nonnull(strstr(stats, "\"quarantine_bound\":\"0.5%\""));
 }
 END_TEST
 

@@ -251,6 +251,11 @@ int cuCtxPushCurrent_v2(void *ctx)
     t_dev = (int)(intptr_t)ctx - 1;
     return 0;
 }
+int cuCtxGetCurrent(void **ctx)
+{
+    *ctx = (void *)(intptr_t)(t_dev + 1); /* as a primary context of cuDevicePrimaryCtxRetain */
+    return 0;
+}
 int cuCtxPopCurrent_v2(void **ctx)
 {
     if (ctx)

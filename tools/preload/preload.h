@@ -32,7 +32,7 @@ enum pl_slot {
     S_INTERPOSED, /* the ones below are only called */
     S_cudaGetDevice = S_INTERPOSED, S_cuCtxGetDevice, S_cuCtxSynchronize, S_cuDeviceGet,
     S_cuDevicePrimaryCtxRetain, S_cuDevicePrimaryCtxRelease_v2, S_cuCtxPushCurrent_v2,
-    S_cuCtxPopCurrent_v2,
+    S_cuCtxPopCurrent_v2, S_cuCtxGetCurrent,
     S_COUNT
 };
 
@@ -63,8 +63,12 @@ void pl_meminfo(int device, size_t *free_bytes, size_t *total_bytes);
 /* Wait for the work queued on device d (its current or primary context),
  * as cudaFree does, through the real cuCtxSynchronize. */
 void pl_sync_device(int d);
+/* The same in context ctx (pushed for the call; NULL: as pl_sync_device). */
+void pl_sync_ctx(int d, void *ctx);
 /* The calling thread's current device (the real cuCtxGetDevice), or -1. */
 int pl_current_device(void);
+/* The calling thread's current context when it is device d's, else NULL. */
+void *pl_current_ctx(int d);
 
 /* ---- quarantine.c: frees released by one device sync per list ---- */
 struct xseg;
@@ -85,10 +89,13 @@ size_t pl_q_before_alloc(int d, struct xseg *xs, size_t size);
 void pl_q_after_alloc(int d, struct xseg *xs, size_t mapped_before);
 /* Sync the device and give the list to xseg: the bytes released. */
 size_t pl_q_drain(int d, struct xseg *xs, int why);
+/* The same, then wait for the list the drain thread has in flight: the
+ * bytes released (why PL_Q_EXIT: at most 2 s of waiting). */
+size_t pl_q_reclaim(int d, struct xseg *xs, int why);
 /* At exit: drain the current device's list (a sync of its current context;
  * never a context made for it).  xs: PL_MAX_DEVICES allocators. */
 void pl_q_drain_at_exit(struct xseg *const *xs);
-size_t pl_q_held(int d);                              /* bytes quarantined now */
+size_t pl_q_held(int d);                   /* bytes quarantined or in flight now */
 void pl_q_fork_child(void);
 int pl_q_json(int d, char *buf, size_t cap);          /* "key":value,... */
 

@@ -5,16 +5,17 @@
  * not) may still read it.  Instead of one device synchronisation per free,
  * a freed xseg block goes into its device's quarantine: xseg still counts it
  * live, so it cannot be handed out again.  One synchronisation of the device
- * (cuCtxSynchronize through the real function, after every free of the
- * list) releases the whole list to xseg (xseg_free).  A drain happens:
+ * (cuCtxSynchronize through the real function, begun after every free of
+ * the list) releases the whole list to xseg (xseg_free).  A drain happens:
  *  - when the list passes its bound: more bytes than the bound or `count`
  *    blocks (XSEG_PRELOAD_QUARANTINE=BOUND[,COUNT]; BOUND in bytes, or a
  *    percentage of the application's peak live bytes on the device, at
- *    least 2 MiB; default 1%,1024): the quarantine adds at most that to
- *    the memory xseg maps;
+ *    least 2 MiB; default 0.5%,1024).  That drain runs on a drain thread
+ *    (XSEG_PRELOAD_DRAIN=thread, the default; =inline: on the caller), so
+ *    the freeing thread goes on queueing work while the sync waits;
  *  - before an allocation that xseg's cached bytes (mapped - allocated)
  *    cannot serve, and after one that made xseg map more: the quarantined
- *    blocks could have served it;
+ *    blocks could have served it (on the caller, waiting for the thread's);
  *  - when an allocation fails (out of memory, the cap): drain, then retry;
  *  - at exit when XSEG_PRELOAD_STATS is set, so the stats are exact: the
  *    current device's list only, through its current context (at exit a
@@ -22,17 +23,19 @@
  * A second free of a quarantined pointer is refused (a set of the list's
  * pointers), as the real free refuses a pointer it no longer knows. */
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <xseg.h>
 
 #include "preload.h"
 
-#define DEFAULT_PCT 1.0                 /* of the application's peak live bytes */
+#define DEFAULT_PCT 0.5                 /* of the application's peak live bytes */
 #define FLOOR ((size_t)2 << 20)         /* a bound in percent is at least this */
 #define DEFAULT_COUNT 1024
 #define MAX_COUNT 65536
@@ -49,6 +52,8 @@ typedef struct quar {
     void **set;    /* open addressing: the list's pointers (g_set_size slots) */
     size_t count, bytes;
     atomic_size_t held;     /* bytes, readable without the lock */
+    atomic_size_t inflight; /* bytes taken by the drain thread, not yet freed */
+    atomic_ulong threaded;  /* drains the drain thread made */
     atomic_size_t last_bound;
     atomic_ulong quarantined, drains, why[PL_Q_WHY_COUNT], freed_bytes, errors;
     atomic_size_t peak;
@@ -57,7 +62,8 @@ typedef struct quar {
 static quar g_q[PL_MAX_DEVICES];
 static double g_pct = DEFAULT_PCT;     /* > 0: the bound is a percentage */
 static size_t g_bound, g_count = DEFAULT_COUNT, g_set_size;
-static char g_spec[64] = "1%";
+static char g_spec[64] = "0.5%";
+static int g_async = 1;            /* XSEG_PRELOAD_DRAIN=thread (1) or inline (0) */
 static pthread_once_t g_locks_once = PTHREAD_ONCE_INIT;
 
 static void init_locks(void)
@@ -112,7 +118,7 @@ int pl_q_configure(const char *env, char *why, size_t why_len)
         const char *comma = strchr(env, ',');
         if (!parse_bound(env, &bound, &pct) || (comma && !parse_count(comma + 1, &count))) {
             snprintf(why, why_len, "XSEG_PRELOAD_QUARANTINE=%s is not BOUND[,COUNT] (BOUND: "
-                     "bytes such as 64m, or a percentage such as 1%%; COUNT 1 to %d); 1%%,%d "
+                     "bytes such as 64m, or a percentage such as 1%%; COUNT 1 to %d); 0.5%%,%d "
                      "is used", env, MAX_COUNT, DEFAULT_COUNT);
             bound = 0;
             pct = DEFAULT_PCT;
@@ -122,6 +128,11 @@ int pl_q_configure(const char *env, char *why, size_t why_len)
                                                                 : strlen(env)), env);
         }
     }
+    const char *drain = getenv("XSEG_PRELOAD_DRAIN");
+    g_async = !(drain && strcmp(drain, "inline") == 0);
+    if (drain && *drain && strcmp(drain, "inline") != 0 && strcmp(drain, "thread") != 0 && !*why)
+        snprintf(why, why_len, "XSEG_PRELOAD_DRAIN=%s is neither thread nor inline; thread is "
+                 "used", drain);
     g_pct = pct;
     g_bound = bound;
     g_count = count;
@@ -183,46 +194,184 @@ static int ensure(quar *q)
 
 /* ---- drain ---- */
 
-size_t pl_q_drain(int d, xseg_t *xs, int why)
+/* Take q's list, leaving it empty: 0 when it was empty. */
+static int take(quar *q, qent **items, size_t *n, size_t *bytes)
 {
-    quar *q = &g_q[d];
     pthread_mutex_lock(&q->lock);
     if (!q->count) {
         pthread_mutex_unlock(&q->lock);
         return 0;
     }
-    qent *take = q->items;
-    size_t n = q->count, bytes = q->bytes;
+    *items = q->items;
+    *n = q->count;
+    *bytes = q->bytes;
     q->items = q->spare;
     q->spare = NULL;
     q->count = q->bytes = 0;
     memset(q->set, 0, g_set_size * sizeof *q->set);
     atomic_store(&q->held, 0);
     pthread_mutex_unlock(&q->lock);
-    /* Every free of `take` returned before this point: the sync below
-     * waits for all the work queued before any of them. */
-    pl_sync_device(d);
+    return 1;
+}
+
+/* Sync the device (in ctx when given), then give a taken list to xseg.
+ * Every block of it was put there by a free call before it was taken, and
+ * the program queued its work on the block before that call: the sync,
+ * begun after the take, waits for all of that work. */
+static void release(int d, xseg_t *xs, void *ctx, qent *items, size_t n, size_t bytes, int why)
+{
+    quar *q = &g_q[d];
+    pl_sync_ctx(d, ctx);
     for (size_t i = 0; i < n; i++)
-        if (xseg_free(xs, take[i].ptr) != XSEG_OK)
+        if (xseg_free(xs, items[i].ptr) != XSEG_OK)
             atomic_fetch_add(&q->errors, 1);
     pthread_mutex_lock(&q->lock);
     if (!q->spare) {
-        q->spare = take;
-        take = NULL;
+        q->spare = items;
+        items = NULL;
     }
     pthread_mutex_unlock(&q->lock);
-    free(take);
+    free(items);
     atomic_fetch_add(&q->drains, 1);
     atomic_fetch_add(&q->why[why], 1);
     atomic_fetch_add(&q->freed_bytes, bytes);
+}
+
+size_t pl_q_drain(int d, xseg_t *xs, int why)
+{
+    qent *items;
+    size_t n, bytes;
+    if (!take(&g_q[d], &items, &n, &bytes))
+        return 0;
+    release(d, xs, NULL, items, n, bytes, why);
     return bytes;
+}
+
+/* ---- the drain thread: a bound's drain off the caller's path ----
+ * One thread for the process, started on first need.  Each device has at
+ * most one list in flight (g_job[d]); a free that passes the bound while
+ * one is in flight waits for it (its sync began earlier, so it ends no
+ * later than a sync begun now), then hands its own list over.  So at most
+ * two bounds' worth (plus a block each) wait for a sync per device. */
+
+typedef struct job {
+    int state;      /* 0 none, 1 posted, 2 running */
+    xseg_t *xs;
+    void *ctx;      /* the freeing thread's context, if it was the device's */
+    qent *items;
+    size_t n, bytes;
+} job;
+
+static job g_job[PL_MAX_DEVICES];
+static pthread_mutex_t g_jlock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_jwake = PTHREAD_COND_INITIALIZER, g_jdone = PTHREAD_COND_INITIALIZER;
+static int g_thread;        /* 0 not started, 1 running, -1 cannot start */
+
+static int next_posted(void)
+{
+    for (int d = 0; d < PL_MAX_DEVICES; d++)
+        if (g_job[d].state == 1)
+            return d;
+    return -1;
+}
+
+static void *drainer(void *arg)
+{
+    (void)arg;
+    pl_inside = 1; /* its CUDA calls are this library's own */
+    pthread_mutex_lock(&g_jlock);
+    for (;;) {
+        int d = next_posted();
+        if (d < 0) {
+            pthread_cond_wait(&g_jwake, &g_jlock);
+            continue;
+        }
+        job j = g_job[d];
+        g_job[d].state = 2;
+        pthread_mutex_unlock(&g_jlock);
+        release(d, j.xs, j.ctx, j.items, j.n, j.bytes, PL_Q_BOUND);
+        atomic_fetch_add(&g_q[d].threaded, 1);
+        atomic_fetch_sub(&g_q[d].inflight, j.bytes);
+        pthread_mutex_lock(&g_jlock);
+        g_job[d].state = 0;
+        pthread_cond_broadcast(&g_jdone);
+    }
+    return NULL;
+}
+
+/* Under g_jlock: 1 when the drain thread runs (started now if needed),
+ * with every signal blocked (the program's handlers never run on it). */
+static int thread_ready(void)
+{
+    if (g_thread)
+        return g_thread > 0;
+    sigset_t all, old;
+    pthread_t t;
+    pthread_attr_t attr;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    g_thread = pthread_create(&t, &attr, drainer, NULL) == 0 ? 1 : -1;
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return g_thread > 0;
+}
+
+/* Under g_jlock: wait for device d's list in flight, at most `secs`
+ * seconds (0: no limit).  1 when there is none any more. */
+static int wait_job(int d, int secs)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += secs;
+    while (g_job[d].state) {
+        if (!secs)
+            pthread_cond_wait(&g_jdone, &g_jlock);
+        else if (pthread_cond_timedwait(&g_jdone, &g_jlock, &until) != 0)
+            break;
+    }
+    return g_job[d].state == 0;
+}
+
+/* The bound passed: hand the list to the drain thread (after the one in
+ * flight, if any), or drain it here when there is no thread. */
+static void drain_bound(int d, xseg_t *xs)
+{
+    void *ctx = g_async ? pl_current_ctx(d) : NULL;
+    qent *items;
+    size_t n, bytes;
+    pthread_mutex_lock(&g_jlock);
+    if (!g_async || !thread_ready()) {
+        pthread_mutex_unlock(&g_jlock);
+        pl_q_drain(d, xs, PL_Q_BOUND);
+        return;
+    }
+    wait_job(d, 0);
+    if (take(&g_q[d], &items, &n, &bytes)) {
+        atomic_fetch_add(&g_q[d].inflight, bytes);
+        g_job[d] = (job){1, xs, ctx, items, n, bytes};
+        pthread_cond_signal(&g_jwake);
+    }
+    pthread_mutex_unlock(&g_jlock);
+}
+
+size_t pl_q_reclaim(int d, xseg_t *xs, int why)
+{
+    size_t bytes = pl_q_drain(d, xs, why), flying = atomic_load(&g_q[d].inflight);
+    if (!flying)
+        return bytes;
+    pthread_mutex_lock(&g_jlock);
+    int done = wait_job(d, why == PL_Q_EXIT ? 2 : 0); /* at exit: never hang on CUDA */
+    pthread_mutex_unlock(&g_jlock);
+    return bytes + (done ? flying : 0);
 }
 
 void pl_q_drain_at_exit(xseg_t *const *xs)
 {
     int d = pl_current_device(); /* the CUDA runtime may have let go of the others */
-    if (d >= 0 && d < PL_MAX_DEVICES && xs[d] && atomic_load(&g_q[d].held))
-        pl_q_drain(d, xs[d], PL_Q_EXIT);
+    if (d >= 0 && d < PL_MAX_DEVICES && xs[d] && pl_q_held(d))
+        pl_q_reclaim(d, xs[d], PL_Q_EXIT);
 }
 
 /* ---- free ---- */
@@ -258,13 +407,13 @@ int pl_q_free(int d, xseg_t *xs, void *ptr, size_t size, size_t live_peak)
     set_add(q, ptr);
     q->bytes += size;
     atomic_store(&q->held, q->bytes);
-    note_peak(q, q->bytes);
+    note_peak(q, q->bytes + atomic_load(&q->inflight));
     over = q->bytes > bound || q->count >= g_count;
     pthread_mutex_unlock(&q->lock);
     atomic_fetch_add(&q->quarantined, 1);
     atomic_store(&q->last_bound, bound);
     if (over)
-        pl_q_drain(d, xs, PL_Q_BOUND);
+        drain_bound(d, xs);
     return PL_SERVED;
 }
 
@@ -285,9 +434,9 @@ static int look(xseg_t *xs, size_t *mapped, size_t *cached)
 size_t pl_q_before_alloc(int d, xseg_t *xs, size_t size)
 {
     size_t mapped = 0, cached = 0;
-    if (!atomic_load_explicit(&g_q[d].held, memory_order_relaxed) || !look(xs, &mapped, &cached))
+    if (!pl_q_held(d) || !look(xs, &mapped, &cached))
         return 0;
-    if (cached < size && pl_q_drain(d, xs, PL_Q_GROWTH) > 0) /* it would grow for sure */
+    if (cached < size && pl_q_reclaim(d, xs, PL_Q_GROWTH) > 0) /* it would grow for sure */
         return 0;
     return mapped;
 }
@@ -295,20 +444,26 @@ size_t pl_q_before_alloc(int d, xseg_t *xs, size_t size)
 void pl_q_after_alloc(int d, xseg_t *xs, size_t mapped_before)
 {
     size_t mapped = 0, cached = 0;
-    if (mapped_before && atomic_load_explicit(&g_q[d].held, memory_order_relaxed) &&
-        look(xs, &mapped, &cached) && mapped > mapped_before)
-        pl_q_drain(d, xs, PL_Q_GROWTH); /* it grew all the same: no more of that */
+    if (mapped_before && pl_q_held(d) && look(xs, &mapped, &cached) && mapped > mapped_before)
+        pl_q_reclaim(d, xs, PL_Q_GROWTH); /* it grew all the same: no more of that */
 }
 
 size_t pl_q_held(int d)
 {
-    return atomic_load(&g_q[d].held);
+    return atomic_load_explicit(&g_q[d].held, memory_order_relaxed) +
+           atomic_load_explicit(&g_q[d].inflight, memory_order_relaxed);
 }
 
 /* ---- fork, report ---- */
 
+/* The child has no drain thread and none of the parent's lists: those
+ * blocks are the parent's allocators', which the child never uses. */
 void pl_q_fork_child(void)
 {
+    pthread_mutex_init(&g_jlock, NULL);
+    pthread_cond_init(&g_jwake, NULL);
+    pthread_cond_init(&g_jdone, NULL);
+    g_thread = 0;
     for (int d = 0; d < PL_MAX_DEVICES; d++) {
         quar *q = &g_q[d];
         pthread_mutex_init(&q->lock, NULL); /* another thread may have held it */
@@ -316,6 +471,8 @@ void pl_q_fork_child(void)
         if (q->set)
             memset(q->set, 0, g_set_size * sizeof *q->set);
         atomic_store(&q->held, 0);
+        atomic_store(&q->inflight, 0);
+        g_job[d].state = 0;
     }
 }
 
@@ -324,14 +481,15 @@ int pl_q_json(int d, char *buf, size_t cap)
     quar *q = &g_q[d];
     return snprintf(buf, cap,
                     "\"quarantine_bound\":\"%s\",\"quarantine_bound_bytes\":%zu,"
-                    "\"quarantine_count\":%zu,\"quarantined\":%lu,"
-                    "\"drains\":%lu,\"drains_bound\":%lu,\"drains_growth\":%lu,"
-                    "\"drains_oom\":%lu,\"drains_exit\":%lu,\"quarantine_peak_bytes\":%zu,"
-                    "\"quarantine_freed_bytes\":%lu,\"quarantine_free_errors\":%lu,"
-                    "\"quarantine_held_bytes\":%zu",
-                    g_spec, atomic_load(&q->last_bound), g_count, atomic_load(&q->quarantined), atomic_load(&q->drains),
-                    atomic_load(&q->why[PL_Q_BOUND]), atomic_load(&q->why[PL_Q_GROWTH]),
-                    atomic_load(&q->why[PL_Q_OOM]), atomic_load(&q->why[PL_Q_EXIT]),
-                    atomic_load(&q->peak), atomic_load(&q->freed_bytes),
-                    atomic_load(&q->errors), atomic_load(&q->held));
+                    "\"quarantine_count\":%zu,\"quarantine_drain\":\"%s\",\"quarantined\":%lu,"
+                    "\"drains\":%lu,\"drains_bound\":%lu,\"drains_thread\":%lu,"
+                    "\"drains_growth\":%lu,\"drains_oom\":%lu,\"drains_exit\":%lu,"
+                    "\"quarantine_peak_bytes\":%zu,\"quarantine_freed_bytes\":%lu,"
+                    "\"quarantine_free_errors\":%lu,\"quarantine_held_bytes\":%zu",
+                    g_spec, atomic_load(&q->last_bound), g_count, g_async ? "thread" : "inline",
+                    atomic_load(&q->quarantined), atomic_load(&q->drains),
+                    atomic_load(&q->why[PL_Q_BOUND]), atomic_load(&q->threaded),
+                    atomic_load(&q->why[PL_Q_GROWTH]), atomic_load(&q->why[PL_Q_OOM]),
+                    atomic_load(&q->why[PL_Q_EXIT]), atomic_load(&q->peak),
+                    atomic_load(&q->freed_bytes), atomic_load(&q->errors), pl_q_held(d));
 }

@@ -176,7 +176,7 @@ static xseg_status alloc_from(int device, xseg_t *xs, size_t size, pl_stream str
 {
     size_t mapped = g_free_mode == FREE_QUARANTINE ? pl_q_before_alloc(device, xs, size) : 0;
     xseg_status st = xseg_alloc(xs, size, stream, out);
-    if (st == XSEG_ERR_OOM && pl_q_drain(device, xs, PL_Q_OOM) > 0)
+    if (st == XSEG_ERR_OOM && pl_q_reclaim(device, xs, PL_Q_OOM) > 0)
         st = xseg_alloc(xs, size, stream, out);
     else if (st == XSEG_OK && mapped)
         pl_q_after_alloc(device, xs, mapped);
@@ -221,9 +221,6 @@ typedef pl_result (*fn_ctx_p)(void **);
         memcpy(&var, &p_, sizeof p_); \
     } while (0)
 
-/* Wait for the work queued on device d, as cudaFree and cuMemFree do
- * before memory can be used again: its current context when it is the
- * thread's, else its primary context pushed for the time of the call. */
 int pl_current_device(void)
 {
     FN(get_dev, fn_int_p, S_cuCtxGetDevice);
@@ -231,24 +228,25 @@ int pl_current_device(void)
     return get_dev && get_dev(&cur) == PL_SUCCESS ? cur : -1;
 }
 
-void pl_sync_device(int d)
+void *pl_current_ctx(int d)
 {
-    FN(get_dev, fn_int_p, S_cuCtxGetDevice);
-    FN(sync, fn_void, S_cuCtxSynchronize);
-    int cur = -1, dev = 0;
-    void *ctx = NULL, *old = NULL;
-    if (!sync)
-        return;
-    atomic_fetch_add(&g_syncs[d], 1);
-    if (get_dev && get_dev(&cur) == PL_SUCCESS && cur == d) {
-        sync();
-        return;
-    }
+    FN(get_cur, fn_ctx_p, S_cuCtxGetCurrent);
+    void *ctx = NULL;
+    if (!get_cur || pl_current_device() != d || get_cur(&ctx) != PL_SUCCESS)
+        return NULL;
+    return ctx;
+}
+
+/* d's primary context pushed for the time of a sync. */
+static void sync_primary(int d, fn_void sync)
+{
     FN(dev_get, fn_int_int_p, S_cuDeviceGet);
     FN(retain, fn_ctx_dev, S_cuDevicePrimaryCtxRetain);
     FN(release, fn_dev, S_cuDevicePrimaryCtxRelease_v2);
     FN(push, fn_ctx, S_cuCtxPushCurrent_v2);
     FN(pop, fn_ctx_p, S_cuCtxPopCurrent_v2);
+    int dev = 0;
+    void *ctx = NULL, *old = NULL;
     if (!dev_get || !retain || !release || !push || !pop || dev_get(&dev, d) != PL_SUCCESS ||
         retain(&ctx, dev) != PL_SUCCESS)
         return;
@@ -257,6 +255,34 @@ void pl_sync_device(int d)
         pop(&old);
     }
     release(dev);
+}
+
+/* Wait for the work queued on device d, as cudaFree and cuMemFree do
+ * before memory can be used again: in ctx when given (pushed for the
+ * call), else in the thread's current context when it is d's, else in d's
+ * primary context. */
+void pl_sync_ctx(int d, void *ctx)
+{
+    FN(sync, fn_void, S_cuCtxSynchronize);
+    FN(push, fn_ctx, S_cuCtxPushCurrent_v2);
+    FN(pop, fn_ctx_p, S_cuCtxPopCurrent_v2);
+    void *old = NULL;
+    if (!sync)
+        return;
+    atomic_fetch_add(&g_syncs[d], 1);
+    if (ctx && push && pop && push(ctx) == PL_SUCCESS) {
+        sync();
+        pop(&old);
+    } else if (pl_current_device() == d) {
+        sync();
+    } else {
+        sync_primary(d, sync);
+    }
+}
+
+void pl_sync_device(int d)
+{
+    pl_sync_ctx(d, NULL);
 }
 
 /* Free a live block of xseg: stream-ordered (async), quarantined, or
