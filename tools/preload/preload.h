@@ -69,6 +69,9 @@ void pl_sync_ctx(int d, void *ctx);
 int pl_current_device(void);
 /* The calling thread's current context when it is device d's, else NULL. */
 void *pl_current_ctx(int d);
+/* d's primary context, retained (NULL: none); released by pl_primary_release. */
+void *pl_primary_retain(int d);
+void pl_primary_release(int d);
 
 /* ---- quarantine.c: frees released by one device sync per list ---- */
 struct xseg;

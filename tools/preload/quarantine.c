@@ -252,12 +252,19 @@ size_t pl_q_drain(int d, xseg_t *xs, int why)
  * most one list in flight (g_job[d]); a free that passes the bound while
  * one is in flight waits for it (its sync began earlier, so it ends no
  * later than a sync begun now), then hands its own list over.  So at most
- * two bounds' worth (plus a block each) wait for a sync per device. */
+ * two bounds' worth (plus a block each) wait for a sync per device.
+ * Contexts: only a free made in the device's primary context (the CUDA
+ * runtime's, and the frameworks') hands its list over; the job holds a
+ * retain of that context until its sync is done, so a program that lets
+ * go of the context meanwhile does not destroy it under the sync.  Other
+ * contexts drain on the caller.  At exit (a handler registered when the
+ * thread starts, so it runs before the CUDA runtime's own teardown) no list
+ * is handed over any more and the ones in flight are waited for (2 s). */
 
 typedef struct job {
     int state;      /* 0 none, 1 posted, 2 running */
     xseg_t *xs;
-    void *ctx;      /* the freeing thread's context, if it was the device's */
+    void *ctx;      /* the device's primary context, retained for the job */
     qent *items;
     size_t n, bytes;
 } job;
@@ -266,6 +273,7 @@ static job g_job[PL_MAX_DEVICES];
 static pthread_mutex_t g_jlock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_jwake = PTHREAD_COND_INITIALIZER, g_jdone = PTHREAD_COND_INITIALIZER;
 static int g_thread;        /* 0 not started, 1 running, -1 cannot start */
+static int g_stopping;      /* exit began: drains on the caller */
 
 static int next_posted(void)
 {
@@ -290,6 +298,7 @@ static void *drainer(void *arg)
         g_job[d].state = 2;
         pthread_mutex_unlock(&g_jlock);
         release(d, j.xs, j.ctx, j.items, j.n, j.bytes, PL_Q_BOUND);
+        pl_primary_release(d);
         atomic_fetch_add(&g_q[d].threaded, 1);
         atomic_fetch_sub(&g_q[d].inflight, j.bytes);
         pthread_mutex_lock(&g_jlock);
@@ -299,10 +308,23 @@ static void *drainer(void *arg)
     return NULL;
 }
 
+static int wait_job(int d, int secs);
+
+static void stop_drains(void)
+{
+    pthread_mutex_lock(&g_jlock);
+    g_stopping = 1;
+    for (int d = 0; d < PL_MAX_DEVICES; d++)
+        wait_job(d, 2);
+    pthread_mutex_unlock(&g_jlock);
+}
+
 /* Under g_jlock: 1 when the drain thread runs (started now if needed),
  * with every signal blocked (the program's handlers never run on it). */
 static int thread_ready(void)
 {
+    if (g_stopping)
+        return 0;
     if (g_thread)
         return g_thread > 0;
     sigset_t all, old;
@@ -315,6 +337,8 @@ static int thread_ready(void)
     g_thread = pthread_create(&t, &attr, drainer, NULL) == 0 ? 1 : -1;
     pthread_attr_destroy(&attr);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (g_thread > 0)
+        atexit(stop_drains);
     return g_thread > 0;
 }
 
@@ -335,15 +359,19 @@ static int wait_job(int d, int secs)
 }
 
 /* The bound passed: hand the list to the drain thread (after the one in
- * flight, if any), or drain it here when there is no thread. */
+ * flight, if any), or drain it here when there is no thread or the free
+ * was not made in the device's primary context. */
 static void drain_bound(int d, xseg_t *xs)
 {
-    void *ctx = g_async ? pl_current_ctx(d) : NULL;
+    void *cur = g_async ? pl_current_ctx(d) : NULL;
+    void *ctx = cur ? pl_primary_retain(d) : NULL;
     qent *items;
     size_t n, bytes;
     pthread_mutex_lock(&g_jlock);
-    if (!g_async || !thread_ready()) {
+    if (!ctx || ctx != cur || !thread_ready()) {
         pthread_mutex_unlock(&g_jlock);
+        if (ctx)
+            pl_primary_release(d);
         pl_q_drain(d, xs, PL_Q_BOUND);
         return;
     }
@@ -352,8 +380,11 @@ static void drain_bound(int d, xseg_t *xs)
         atomic_fetch_add(&g_q[d].inflight, bytes);
         g_job[d] = (job){1, xs, ctx, items, n, bytes};
         pthread_cond_signal(&g_jwake);
+        ctx = NULL; /* the job's retain now */
     }
     pthread_mutex_unlock(&g_jlock);
+    if (ctx)
+        pl_primary_release(d);
 }
 
 size_t pl_q_reclaim(int d, xseg_t *xs, int why)
@@ -464,6 +495,7 @@ void pl_q_fork_child(void)
     pthread_cond_init(&g_jwake, NULL);
     pthread_cond_init(&g_jdone, NULL);
     g_thread = 0;
+    g_stopping = 0;
     for (int d = 0; d < PL_MAX_DEVICES; d++) {
         quar *q = &g_q[d];
         pthread_mutex_init(&q->lock, NULL); /* another thread may have held it */

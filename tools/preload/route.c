@@ -237,6 +237,26 @@ void *pl_current_ctx(int d)
     return ctx;
 }
 
+void *pl_primary_retain(int d)
+{
+    FN(dev_get, fn_int_int_p, S_cuDeviceGet);
+    FN(retain, fn_ctx_dev, S_cuDevicePrimaryCtxRetain);
+    int dev = 0;
+    void *ctx = NULL;
+    if (!dev_get || !retain || dev_get(&dev, d) != PL_SUCCESS || retain(&ctx, dev) != PL_SUCCESS)
+        return NULL;
+    return ctx;
+}
+
+void pl_primary_release(int d)
+{
+    FN(dev_get, fn_int_int_p, S_cuDeviceGet);
+    FN(release, fn_dev, S_cuDevicePrimaryCtxRelease_v2);
+    int dev = 0;
+    if (dev_get && release && dev_get(&dev, d) == PL_SUCCESS)
+        release(dev);
+}
+
 /* d's primary context pushed for the time of a sync. */
 static void sync_primary(int d, fn_void sync)
 {
