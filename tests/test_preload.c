@@ -434,6 +434,30 @@ START_TEST(early_reuse_is_seen_without_quarantine)
 }
 END_TEST
 
+/* A sync a stream capture refuses (the stand-in refuses the first five on
+ * threads not in relaxed capture mode, as during another thread's global
+ * capture): those blocks are never given back (counted as leaked), none
+ * comes back early.  The drain thread is in relaxed mode: never refused. */
+START_TEST(capture_refused_sync_keeps_blocks)
+{
+    static char stats[OUT_CAP];
+    run r;
+    churn_run2(&r, "churnloop", "FAKE_SYNC_CAPTURE=5", "XSEG_PRELOAD_DRAIN=inline", stats);
+    assert_clean(&r, "refused syncs, inline");
+    churn_line c = churn_of(&r);
+    ck_assert_int_eq(c.reused, 0);
+    long long leaked = stat_of(stats, "quarantine_leaked_bytes");
+    ck_assert_int_ge(stat_of(stats, "quarantine_leaked_blocks"), 5);
+    ck_assert_int_gt(leaked, 0);
+    ck_assert_int_eq(stat_of(stats, "allocated_bytes"), leaked); /* still xseg's live blocks */
+    churn_run2(&r, "churnloop", "FAKE_SYNC_CAPTURE=1000000", NULL, stats);
+    assert_clean(&r, "refused syncs, thread");
+    c = churn_of(&r);
+    ck_assert_int_eq(c.reused, 0);
+    ck_assert_int_gt(stat_of(stats, "drains_thread"), 100); /* relaxed: its syncs went through */
+}
+END_TEST
+
 /* A bad XSEG_PRELOAD_QUARANTINE is said on stderr; the default is used. */
 START_TEST(quarantine_bad_value)
 {
@@ -583,6 +607,7 @@ int main(void)
     tcase_add_test(tc, quarantine_default_memory);
     tcase_add_test(tc, quarantine_bounded);
     tcase_add_test(tc, quarantine_bad_value);
+    tcase_add_test(tc, capture_refused_sync_keeps_blocks);
     tcase_add_test(tc, early_reuse_is_seen_without_quarantine);
     tcase_add_test(tc, fork_child_passes_through);
     tcase_add_test(tc, threads_on_two_devices);

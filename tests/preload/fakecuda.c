@@ -167,8 +167,32 @@ static int i_ctx_get_device(int *d)
     *d = t_dev;
     return 0;
 }
+/* FAKE_SYNC_CAPTURE=N: the first N syncs on threads whose capture mode is
+ * not relaxed answer CUDA_ERROR_STREAM_CAPTURE_IMPLICIT (906), as during
+ * another thread's global-mode capture. */
+static atomic_long g_refuse = -1;
+static _Thread_local int t_relaxed;
+
+static int refused(void)
+{
+    long n = atomic_load(&g_refuse);
+    if (n < 0) {
+        const char *e = getenv("FAKE_SYNC_CAPTURE");
+        long v = e ? atol(e) : 0;
+        atomic_compare_exchange_strong(&g_refuse, &n, v);
+    }
+    if (t_relaxed)
+        return 0;
+    for (n = atomic_load(&g_refuse); n > 0;)
+        if (atomic_compare_exchange_weak(&g_refuse, &n, n - 1))
+            return 1;
+    return 0;
+}
+
 static int i_sync(void)
 {
+    if (refused())
+        return 906;
     count(FC_cuCtxSynchronize);
     return 0;
 }
@@ -249,6 +273,13 @@ int cuCtxPushCurrent_v2(void *ctx)
 {
     t_saved = t_dev;
     t_dev = (int)(intptr_t)ctx - 1;
+    return 0;
+}
+int cuThreadExchangeStreamCaptureMode(int *mode)
+{
+    int old = t_relaxed ? 2 : 0;
+    t_relaxed = *mode == 2;
+    *mode = old;
     return 0;
 }
 int cuCtxGetCurrent(void **ctx)

@@ -38,6 +38,7 @@ int cuDevicePrimaryCtxRelease_v2(int dev);
 int cuCtxPushCurrent_v2(void *ctx);
 int cuCtxPopCurrent_v2(void **ctx);
 int cuCtxGetCurrent(void **ctx);
+int cuThreadExchangeStreamCaptureMode(int *mode);
 int cuGetProcAddress_v2(const char *sym, void **pfn, int version, uint64_t flags, int *status);
 int cuGetProcAddress(const char *sym, void **pfn, int version, uint64_t flags);
 

@@ -32,7 +32,7 @@ enum pl_slot {
     S_INTERPOSED, /* the ones below are only called */
     S_cudaGetDevice = S_INTERPOSED, S_cuCtxGetDevice, S_cuCtxSynchronize, S_cuDeviceGet,
     S_cuDevicePrimaryCtxRetain, S_cuDevicePrimaryCtxRelease_v2, S_cuCtxPushCurrent_v2,
-    S_cuCtxPopCurrent_v2, S_cuCtxGetCurrent,
+    S_cuCtxPopCurrent_v2, S_cuCtxGetCurrent, S_cuThreadExchangeStreamCaptureMode,
     S_COUNT
 };
 
@@ -62,9 +62,14 @@ int pl_free(void *ptr, int async, pl_stream stream);
 void pl_meminfo(int device, size_t *free_bytes, size_t *total_bytes);
 /* Wait for the work queued on device d (its current or primary context),
  * as cudaFree does, through the real cuCtxSynchronize. */
-void pl_sync_device(int d);
-/* The same in context ctx (pushed for the call; NULL: as pl_sync_device). */
-void pl_sync_ctx(int d, void *ctx);
+pl_result pl_sync_device(int d);
+/* The same in context ctx (pushed for the call; NULL: as pl_sync_device).
+ * Both return cuCtxSynchronize's result (PL_SUCCESS when none was made). */
+pl_result pl_sync_ctx(int d, void *ctx);
+/* This thread's stream capture mode becomes relaxed: its syncs neither
+ * invalidate nor are refused by another thread's global-mode capture. */
+void pl_capture_relaxed(void);
+#define PL_CAPTURE_ERROR(r) ((r) >= 900 && (r) <= 908) /* CUDA_ERROR_STREAM_CAPTURE_* */
 /* The calling thread's current device (the real cuCtxGetDevice), or -1. */
 int pl_current_device(void);
 /* The calling thread's current context when it is device d's, else NULL. */

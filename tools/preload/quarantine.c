@@ -54,6 +54,7 @@ typedef struct quar {
     atomic_size_t held;     /* bytes, readable without the lock */
     atomic_size_t inflight; /* bytes taken by the drain thread, not yet freed */
     atomic_ulong threaded;  /* drains the drain thread made */
+    atomic_ulong leaked, leaked_bytes; /* never given back: a capture refused the sync */
     atomic_size_t last_bound;
     atomic_ulong quarantined, drains, why[PL_Q_WHY_COUNT], freed_bytes, errors;
     atomic_size_t peak;
@@ -217,11 +218,25 @@ static int take(quar *q, qent **items, size_t *n, size_t *bytes)
 /* Sync the device (in ctx when given), then give a taken list to xseg.
  * Every block of it was put there by a free call before it was taken, and
  * the program queued its work on the block before that call: the sync,
- * begun after the take, waits for all of that work. */
-static void release(int d, xseg_t *xs, void *ctx, qent *items, size_t n, size_t bytes, int why)
+ * begun after the take, waits for all of that work.  A sync a stream
+ * capture refuses is tried again every millisecond for `patience` ms (the
+ * drain thread: the capture may end); still refused, the blocks are never
+ * given back (kernels may still use them): counted as leaked.  Any other
+ * failure (a dead context, CUDA torn down) leaves no kernel running. */
+static void release(int d, xseg_t *xs, void *ctx, qent *items, size_t n, size_t bytes, int why,
+                    int patience)
 {
     quar *q = &g_q[d];
-    pl_sync_ctx(d, ctx);
+    pl_result rc = pl_sync_ctx(d, ctx);
+    for (int t = 0; PL_CAPTURE_ERROR(rc) && t < patience; t++) {
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+        rc = pl_sync_ctx(d, ctx);
+    }
+    if (PL_CAPTURE_ERROR(rc)) {
+        atomic_fetch_add(&q->leaked, n);
+        atomic_fetch_add(&q->leaked_bytes, bytes);
+        n = 0;
+    }
     for (size_t i = 0; i < n; i++)
         if (xseg_free(xs, items[i].ptr) != XSEG_OK)
             atomic_fetch_add(&q->errors, 1);
@@ -243,7 +258,7 @@ size_t pl_q_drain(int d, xseg_t *xs, int why)
     size_t n, bytes;
     if (!take(&g_q[d], &items, &n, &bytes))
         return 0;
-    release(d, xs, NULL, items, n, bytes, why);
+    release(d, xs, NULL, items, n, bytes, why, 0);
     return bytes;
 }
 
@@ -287,6 +302,7 @@ static void *drainer(void *arg)
 {
     (void)arg;
     pl_inside = 1; /* its CUDA calls are this library's own */
+    pl_capture_relaxed(); /* its syncs never break a capture of the program's */
     pthread_mutex_lock(&g_jlock);
     for (;;) {
         int d = next_posted();
@@ -297,7 +313,7 @@ static void *drainer(void *arg)
         job j = g_job[d];
         g_job[d].state = 2;
         pthread_mutex_unlock(&g_jlock);
-        release(d, j.xs, j.ctx, j.items, j.n, j.bytes, PL_Q_BOUND);
+        release(d, j.xs, j.ctx, j.items, j.n, j.bytes, PL_Q_BOUND, 5000);
         pl_primary_release(d);
         atomic_fetch_add(&g_q[d].threaded, 1);
         atomic_fetch_sub(&g_q[d].inflight, j.bytes);
@@ -431,7 +447,8 @@ int pl_q_free(int d, xseg_t *xs, void *ptr, size_t size, size_t live_peak)
     }
     if (!ensure(q)) { /* no memory for the list: free as cudaFree would */
         pthread_mutex_unlock(&q->lock);
-        pl_sync_device(d);
+        if (PL_CAPTURE_ERROR(pl_sync_device(d)))
+            return PL_FAILED;
         return xseg_free(xs, ptr) == XSEG_OK ? PL_SERVED : PL_FAILED;
     }
     q->items[q->count++] = (qent){ptr, size};
@@ -517,11 +534,13 @@ int pl_q_json(int d, char *buf, size_t cap)
                     "\"drains\":%lu,\"drains_bound\":%lu,\"drains_thread\":%lu,"
                     "\"drains_growth\":%lu,\"drains_oom\":%lu,\"drains_exit\":%lu,"
                     "\"quarantine_peak_bytes\":%zu,\"quarantine_freed_bytes\":%lu,"
-                    "\"quarantine_free_errors\":%lu,\"quarantine_held_bytes\":%zu",
+                    "\"quarantine_free_errors\":%lu,\"quarantine_held_bytes\":%zu,"
+                    "\"quarantine_leaked_blocks\":%lu,\"quarantine_leaked_bytes\":%lu",
                     g_spec, atomic_load(&q->last_bound), g_count, g_async ? "thread" : "inline",
                     atomic_load(&q->quarantined), atomic_load(&q->drains),
                     atomic_load(&q->why[PL_Q_BOUND]), atomic_load(&q->threaded),
                     atomic_load(&q->why[PL_Q_GROWTH]), atomic_load(&q->why[PL_Q_OOM]),
                     atomic_load(&q->why[PL_Q_EXIT]), atomic_load(&q->peak),
-                    atomic_load(&q->freed_bytes), atomic_load(&q->errors), pl_q_held(d));
+                    atomic_load(&q->freed_bytes), atomic_load(&q->errors), pl_q_held(d),
+                    atomic_load(&q->leaked), atomic_load(&q->leaked_bytes));
 }

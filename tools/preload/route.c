@@ -257,8 +257,9 @@ void pl_primary_release(int d)
         release(dev);
 }
 
-/* d's primary context pushed for the time of a sync. */
-static void sync_primary(int d, fn_void sync)
+/* d's primary context pushed for the time of a sync: its result
+ * (PL_SUCCESS when no sync could be made). */
+static pl_result sync_primary(int d, fn_void sync)
 {
     FN(dev_get, fn_int_int_p, S_cuDeviceGet);
     FN(retain, fn_ctx_dev, S_cuDevicePrimaryCtxRetain);
@@ -267,42 +268,54 @@ static void sync_primary(int d, fn_void sync)
     FN(pop, fn_ctx_p, S_cuCtxPopCurrent_v2);
     int dev = 0;
     void *ctx = NULL, *old = NULL;
+    pl_result rc = PL_SUCCESS;
     if (!dev_get || !retain || !release || !push || !pop || dev_get(&dev, d) != PL_SUCCESS ||
         retain(&ctx, dev) != PL_SUCCESS)
-        return;
+        return rc;
     if (push(ctx) == PL_SUCCESS) {
-        sync();
+        rc = sync();
         pop(&old);
     }
     release(dev);
+    return rc;
 }
 
 /* Wait for the work queued on device d, as cudaFree and cuMemFree do
  * before memory can be used again: in ctx when given (pushed for the
  * call), else in the thread's current context when it is d's, else in d's
  * primary context. */
-void pl_sync_ctx(int d, void *ctx)
+pl_result pl_sync_ctx(int d, void *ctx)
 {
     FN(sync, fn_void, S_cuCtxSynchronize);
     FN(push, fn_ctx, S_cuCtxPushCurrent_v2);
     FN(pop, fn_ctx_p, S_cuCtxPopCurrent_v2);
     void *old = NULL;
+    pl_result rc;
     if (!sync)
-        return;
+        return PL_SUCCESS;
     atomic_fetch_add(&g_syncs[d], 1);
     if (ctx && push && pop && push(ctx) == PL_SUCCESS) {
-        sync();
+        rc = sync();
         pop(&old);
     } else if (pl_current_device() == d) {
-        sync();
+        rc = sync();
     } else {
-        sync_primary(d, sync);
+        rc = sync_primary(d, sync);
     }
+    return rc;
 }
 
-void pl_sync_device(int d)
+pl_result pl_sync_device(int d)
 {
-    pl_sync_ctx(d, NULL);
+    return pl_sync_ctx(d, NULL);
+}
+
+void pl_capture_relaxed(void)
+{
+    FN(exchange, fn_int_p, S_cuThreadExchangeStreamCaptureMode);
+    int mode = 2; /* CU_STREAM_CAPTURE_MODE_RELAXED */
+    if (exchange)
+        exchange(&mode);
 }
 
 /* Free a live block of xseg: stream-ordered (async), quarantined, or
@@ -313,8 +326,8 @@ static int free_block(int d, xseg_t *xs, void *ptr, size_t rounded, int async, p
         (void)xseg_record_stream(xs, ptr, s); /* a bad pointer: the free says why */
     else if (g_free_mode == FREE_QUARANTINE)
         return pl_q_free(d, xs, ptr, rounded, atomic_load(&g_live_peak[d]));
-    else if (g_free_mode == FREE_SYNC)
-        pl_sync_device(d);
+    else if (g_free_mode == FREE_SYNC && PL_CAPTURE_ERROR(pl_sync_device(d)))
+        return PL_FAILED; /* a capture forbids the wait: kernels may still use it */
     return xseg_free(xs, ptr) == XSEG_OK ? PL_SERVED : PL_FAILED;
 }
 
