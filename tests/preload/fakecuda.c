@@ -264,6 +264,13 @@ int cuDevicePrimaryCtxRetain(void **ctx, int dev)
     *ctx = (void *)(intptr_t)(dev + 1);
     return 0;
 }
+int cuDevicePrimaryCtxGetState(int dev, unsigned *flags, int *active)
+{
+    (void)dev;
+    *flags = 0;
+    *active = 1;
+    return 0;
+}
 int cuDevicePrimaryCtxRelease_v2(int dev)
 {
     (void)dev;

@@ -34,6 +34,7 @@ int cuCtxGetDevice(int *d);
 int cuCtxSynchronize(void);
 int cuDeviceGet(int *dev, int ordinal);
 int cuDevicePrimaryCtxRetain(void **ctx, int dev);
+int cuDevicePrimaryCtxGetState(int dev, unsigned *flags, int *active);
 int cuDevicePrimaryCtxRelease_v2(int dev);
 int cuCtxPushCurrent_v2(void *ctx);
 int cuCtxPopCurrent_v2(void **ctx);

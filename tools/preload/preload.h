@@ -33,6 +33,7 @@ enum pl_slot {
     S_cudaGetDevice = S_INTERPOSED, S_cuCtxGetDevice, S_cuCtxSynchronize, S_cuDeviceGet,
     S_cuDevicePrimaryCtxRetain, S_cuDevicePrimaryCtxRelease_v2, S_cuCtxPushCurrent_v2,
     S_cuCtxPopCurrent_v2, S_cuCtxGetCurrent, S_cuThreadExchangeStreamCaptureMode,
+    S_cuDevicePrimaryCtxGetState,
     S_COUNT
 };
 
@@ -74,7 +75,8 @@ void pl_capture_relaxed(void);
 int pl_current_device(void);
 /* The calling thread's current context when it is device d's, else NULL. */
 void *pl_current_ctx(int d);
-/* d's primary context, retained (NULL: none); released by pl_primary_release. */
+/* d's primary context, retained, when it is active (NULL: not active, or
+ * no driver); released by pl_primary_release. */
 void *pl_primary_retain(int d);
 void pl_primary_release(int d);
 

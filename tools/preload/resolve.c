@@ -66,6 +66,7 @@ static slot g_slots[S_COUNT] = {
     [S_cuCtxPopCurrent_v2] = CALLED(cuCtxPopCurrent_v2, 1),
     [S_cuCtxGetCurrent] = CALLED(cuCtxGetCurrent, 1),
     [S_cuThreadExchangeStreamCaptureMode] = CALLED(cuThreadExchangeStreamCaptureMode, 1),
+    [S_cuDevicePrimaryCtxGetState] = CALLED(cuDevicePrimaryCtxGetState, 1),
 };
 
 /* ---- the real dlsym (glibc 2.34 moved it into libc: two versions) ---- */

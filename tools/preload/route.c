@@ -237,13 +237,20 @@ void *pl_current_ctx(int d)
     return ctx;
 }
 
+typedef pl_result (*fn_state)(int, unsigned *, int *);
+
+/* A retain of an active primary context only: retaining an inactive one
+ * would create it (device memory, time) for a program that never uses it. */
 void *pl_primary_retain(int d)
 {
     FN(dev_get, fn_int_int_p, S_cuDeviceGet);
+    FN(state, fn_state, S_cuDevicePrimaryCtxGetState);
     FN(retain, fn_ctx_dev, S_cuDevicePrimaryCtxRetain);
-    int dev = 0;
+    int dev = 0, active = 0;
+    unsigned flags = 0;
     void *ctx = NULL;
-    if (!dev_get || !retain || dev_get(&dev, d) != PL_SUCCESS || retain(&ctx, dev) != PL_SUCCESS)
+    if (!dev_get || !state || !retain || dev_get(&dev, d) != PL_SUCCESS ||
+        state(dev, &flags, &active) != PL_SUCCESS || !active || retain(&ctx, dev) != PL_SUCCESS)
         return NULL;
     return ctx;
 }
