@@ -265,25 +265,21 @@ void pl_primary_release(int d)
 }
 
 /* d's primary context pushed for the time of a sync: its result
- * (PL_SUCCESS when no sync could be made). */
+ * (PL_SUCCESS when no sync could be made: an inactive primary context has
+ * no work to wait for, and is not made for it). */
 static pl_result sync_primary(int d, fn_void sync)
 {
-    FN(dev_get, fn_int_int_p, S_cuDeviceGet);
-    FN(retain, fn_ctx_dev, S_cuDevicePrimaryCtxRetain);
-    FN(release, fn_dev, S_cuDevicePrimaryCtxRelease_v2);
     FN(push, fn_ctx, S_cuCtxPushCurrent_v2);
     FN(pop, fn_ctx_p, S_cuCtxPopCurrent_v2);
-    int dev = 0;
-    void *ctx = NULL, *old = NULL;
+    void *old = NULL, *ctx;
     pl_result rc = PL_SUCCESS;
-    if (!dev_get || !retain || !release || !push || !pop || dev_get(&dev, d) != PL_SUCCESS ||
-        retain(&ctx, dev) != PL_SUCCESS)
+    if (!push || !pop || !(ctx = pl_primary_retain(d)))
         return rc;
     if (push(ctx) == PL_SUCCESS) {
         rc = sync();
         pop(&old);
     }
-    release(dev);
+    pl_primary_release(d);
     return rc;
 }
 
