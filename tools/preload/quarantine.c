@@ -235,7 +235,7 @@ static void release(int d, xseg_t *xs, void *ctx, qent *items, size_t n, size_t 
     if (PL_CAPTURE_ERROR(rc)) {
         atomic_fetch_add(&q->leaked, n);
         atomic_fetch_add(&q->leaked_bytes, bytes);
-        n = 0;
+        n = bytes = 0;
     }
     for (size_t i = 0; i < n; i++)
         if (xseg_free(xs, items[i].ptr) != XSEG_OK)
