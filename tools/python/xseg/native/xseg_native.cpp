@@ -74,6 +74,7 @@ struct Stats {
       mapped_cap, device_total, page_size;
 };
 constexpr size_t kHeader = 16, kCounters = 8; // size, version, device, reserved0
+constexpr size_t kTail = 14; // driver_errors .. page_size, after driver_calls
 struct PoolId {
   uint64_t first, second;
 };
@@ -156,7 +157,9 @@ static void* default_xs(int device) {
   return xs;
 }
 
-// Stats of xs into *out; the library's status.
+constexpr int kShortStats = -1; // stats_of: the library filled fewer bytes than read
+
+// Stats of xs into *out; the library's status (or kShortStats).
 static int stats_of(void* xs, Stats* out) {
   alignas(8) unsigned char raw[4096] = {};
   uint32_t size = sizeof raw;
@@ -164,6 +167,13 @@ static int stats_of(void* xs, Stats* out) {
   int st = api.get_stats(xs, raw);
   if (st != 0)
     return st;
+  // The library wrote min(4096, its sizeof(xseg_stats)) bytes and that
+  // count into size: every word read below must lie inside it.
+  uint32_t filled = 0;
+  std::memcpy(&filled, raw, sizeof filled);
+  size_t words = 3 * kCounters + (size_t)api.nops + kTail;
+  if (filled > sizeof raw || kHeader + 8 * words > filled)
+    return kShortStats;
   auto word = [&](size_t i) {
     uint64_t v;
     std::memcpy(&v, raw + kHeader + 8 * i, sizeof v);
@@ -180,6 +190,7 @@ static int stats_of(void* xs, Stats* out) {
                       &out->trims, &out->released_bytes, &out->deferred_frees,
                       &out->largest_free_block, &out->mapped_cap, &out->device_total,
                       &out->page_size};
+  static_assert(sizeof tail / sizeof tail[0] == kTail, "kTail counts the scalars read");
   for (uint64_t* f : tail)
     *f = word(k++);
   return 0;
@@ -187,8 +198,12 @@ static int stats_of(void* xs, Stats* out) {
 
 static Stats read_stats(int device) {
   Stats st{};
-  TORCH_CHECK(stats_of(default_xs(device), &st) == 0,
-              "xseg native: xseg_get_stats(device ", device, "): ", last_error());
+  int rc = stats_of(default_xs(device), &st);
+  TORCH_CHECK(rc != kShortStats, "xseg native: xseg_get_stats(device ", device,
+              ") filled fewer bytes than the ", 3 * kCounters + (size_t)api.nops + kTail,
+              " words read here (", api.nops, " driver operations); rebuild libxseg and "
+              "this module from one source tree");
+  TORCH_CHECK(rc == 0, "xseg native: xseg_get_stats(device ", device, "): ", last_error());
   return st;
 }
 
@@ -516,8 +531,9 @@ class XsegAllocator final : public cca::CUDAAllocator {
     std::string e = last_error();
     TORCH_CHECK(e.empty(), e);
     std::lock_guard<std::mutex> g(mu_);
-    if (device >= 0 && device < kMaxDevices)
-      capture_[device] = id;
+    if (device < 0 || device >= kMaxDevices)
+      return; // libxseg refused it above (no device); capture_on_ has kMaxDevices slots
+    capture_[device] = id;
     capture_on_[device] = true;
     pools_[{device, id}]; // tracked from now on
     capturing_.store(true, std::memory_order_release);
@@ -677,21 +693,30 @@ class XsegAllocator final : public cca::CUDAAllocator {
     bool oom = msg.find("out of memory") != std::string::npos;
     TORCH_CHECK(oom, "xseg native: allocation of ", n, " bytes on device ", (int)dev,
                 " failed: ", msg);
-    size_t free_b = 0, total_b = 0;
-    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
-      (void)cudaGetLastError();
-    Stats st{};
-    void* xs = nullptr;
-    if (api.get_default(dev, &xs) == 0)
-      stats_of(xs, &st);
     std::vector<cca::OutOfMemoryObserver> obs;
+    bool traced = false;
     {
       std::lock_guard<std::mutex> g(mu_);
       obs = observers_;
+      traced = record_ || !trackers_.empty();
+    }
+    // The device's free memory and xseg's stats only when someone reads
+    // them: the plain OOM path (a server catching the error) stays short.
+    size_t free_b = 0, total_b = 0;
+    if ((traced || !obs.empty()) && cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
+      (void)cudaGetLastError();
+    if (traced) {
+      std::lock_guard<std::mutex> g(mu_);
       trace(cca::TraceEntry::OOM, dev, free_b, n, stream, nullptr);
     }
-    for (auto& o : obs)
-      o(dev, (size_t)st.allocated_bytes.current, (size_t)st.device_total, free_b);
+    if (!obs.empty()) {
+      Stats st{};
+      void* xs = nullptr;
+      if (api.get_default(dev, &xs) != 0 || stats_of(xs, &st) != 0)
+        st = Stats{};
+      for (auto& o : obs)
+        o(dev, (size_t)st.allocated_bytes.current, (size_t)st.device_total, free_b);
+    }
     TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory (xseg). ", msg);
   }
 
