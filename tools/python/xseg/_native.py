@@ -6,7 +6,8 @@ snapshots (docs/pytorch.md, "Native allocator").
 The module is compiled with the host's C++ compiler against the installed
 torch's headers and libraries, into
 ~/.cache/xseg/native/<torch version>-<hash of source and command>/ (or
-$XSEG_NATIVE_CACHE/...).  The pure helpers (cache_key, compile_command,
+$XSEG_NATIVE_CACHE/...); $XSEG_NATIVE_CXXFLAGS adds compiler flags (a
+debugging build: "-g -fsanitize=address", cached apart).  The pure helpers (cache_key, compile_command,
 check_versions, find_compiler) take plain values so that they are tested
 without torch or a GPU (tests/test_native.py)."""
 import hashlib
@@ -15,6 +16,7 @@ import importlib.machinery
 import importlib.util
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -60,14 +62,23 @@ def cxx_standard(torch_version):
     return "-std=c++20" if (major, minor) >= (2, 10) else "-std=c++17"
 
 
+def extra_flags(env=None):
+    """Extra compiler and linker flags from $XSEG_NATIVE_CXXFLAGS (split as a
+    shell would), e.g. "-g -fsanitize=address" for a debugging build; they
+    are part of the command, so of the cache key."""
+    env = os.environ if env is None else env
+    return shlex.split(env.get("XSEG_NATIVE_CXXFLAGS", ""))
+
+
 def compile_command(cxx, source, output, torch_version, include_dirs, library_dirs,
-                    cxx11_abi, python_include, cuda_include=None):
-    """The g++ command line that builds the module (a list)."""
+                    cxx11_abi, python_include, cuda_include=None, extra=()):
+    """The g++ command line that builds the module (a list); extra: flags
+    added after the defines (extra_flags())."""
     cmd = [cxx, cxx_standard(torch_version), "-O2", "-shared", "-fPIC",
            "-fvisibility=hidden", "-DXSEG_NATIVE_WITH_PYTHON", "-DTORCH_API_INCLUDE_EXTENSION_H",
            f"-DTORCH_EXTENSION_NAME={MODULE}",
            f"-D_GLIBCXX_USE_CXX11_ABI={1 if cxx11_abi else 0}",
-           f'-DXSEG_TORCH_VERSION="{torch_version}"']
+           f'-DXSEG_TORCH_VERSION="{torch_version}"'] + list(extra)
     for d in include_dirs:
         cmd += ["-isystem", str(d)]
     if cuda_include:
@@ -158,7 +169,7 @@ def build(torch=None, cpp_extension=None, verbose=False):
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     probe = compile_command(cxx, SOURCE, f"{MODULE}{suffix}", torch.__version__, incs,
                             libdirs, abi, sysconfig.get_paths()["include"],
-                            find_cuda_include())
+                            find_cuda_include(), extra_flags())
     out_dir = cache_root() / cache_key(torch.__version__, source_text, probe)
     target = out_dir / f"{MODULE}{suffix}"
     if target.exists():
