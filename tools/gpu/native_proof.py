@@ -5,6 +5,10 @@ Each case runs in a fresh process (xseg.install(native=True) first, so a
 build or load failure fails the case, never falls back), bounded by its own
 deadline; results go to OUT/results.jsonl (one JSON line per case) and
 OUT/summary.md.  Cases:
+  serve_bare  (not run by default) serve's allocations and caught OOMs
+            alone, no model: isolates the OOM path.  XSEG_PROOF_CONF adds
+            conf keys to every case, XSEG_PROOF_SERVE_EVENTS sets the OOM
+            events wanted (100)
   serve     a serving loop under a cap (XSEG_CONF max_mapped): a request too
             large raises torch.OutOfMemoryError, is caught, the batch shrinks;
             N such events, no leak (xseg's allocated bytes back to the
@@ -21,6 +25,7 @@ Usage (repository root, libxseg built):
       python3 tools/gpu/native_proof.py --out /tmp/native-proof [--cases serve,compile]
 """
 import argparse
+import faulthandler
 import hashlib
 import json
 import os
@@ -30,13 +35,19 @@ import time
 import traceback
 
 CASES = ("serve", "compile", "cudnn", "snapshot", "stats")
-DEADLINES = {"serve": 240, "serve_ref": 240, "compile": 300, "cudnn": 180, "snapshot": 120,
+DEADLINES = {"serve": 240, "serve_ref": 240, "serve_bare": 120, "compile": 300, "cudnn": 180, "snapshot": 120,
              "stats": 120}
 GiB = 1 << 30
+# OOM events of the serve cases (XSEG_PROOF_SERVE_EVENTS: more to reproduce
+# a late failure, fewer for a quick run).
+SERVE_EVENTS = int(os.environ.get("XSEG_PROOF_SERVE_EVENTS", "100"))
 
 
 def setup(conf):
-    os.environ["XSEG_CONF"] = conf
+    # XSEG_PROOF_CONF: keys added to every case's conf, to bisect a failure
+    # (e.g. reclaim:sync or thread_cache:off).
+    extra = os.environ.get("XSEG_PROOF_CONF", "")
+    os.environ["XSEG_CONF"] = f"{conf},{extra}" if extra else conf
     import xseg  # noqa: PLC0415
     mod = xseg.install(native=True)
     import torch  # noqa: PLC0415
@@ -47,7 +58,7 @@ def setup(conf):
 
 # ---- serve ----
 
-def serve_loop(torch, events_wanted, too_large_bytes):
+def serve_loop(torch, events_wanted, too_large_bytes, bare=False):
     """Requests of 64..512 tokens, every 3rd one too large (its batch scratch
     is too_large_bytes); each batch takes a scratch buffer sized by its
     requests, outputs computed per request (so batching cannot change them).
@@ -66,7 +77,7 @@ def serve_loop(torch, events_wanted, too_large_bytes):
             try:
                 need = sum(too_large_bytes if big else n * d * 64 for _, n, big in batch)
                 scratch = torch.empty(need, dtype=torch.uint8, device="cuda")
-                for rid, n, _ in batch:
+                for rid, n, _ in (() if bare else batch):
                     g = torch.Generator(device="cuda").manual_seed(rid)
                     x = torch.randn(n, d, device="cuda", generator=g)
                     y = model(x)
@@ -91,20 +102,33 @@ def case_serve(out, cap_gib):
     xseg, torch, info = setup(f"max_mapped:{cap_gib}GB,verbose:off")
     torch.ones(1, device="cuda")
     base = torch.cuda.memory_allocated()
-    digests, events, batches = serve_loop(torch, 100, (cap_gib + 2) * GiB)
+    digests, events, batches = serve_loop(torch, SERVE_EVENTS, (cap_gib + 2) * GiB)
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     after = torch.cuda.memory_allocated()
     json.dump(digests, open(os.path.join(out, "serve_digests.json"), "w"))
     info.update(oom_events=events, batches=batches, allocated_baseline=base,
                 allocated_after=after, no_leak=after == base, ooms=torch.cuda.memory_stats()
-                ["num_ooms"], ok=events >= 100 and after == base)
+                ["num_ooms"], ok=events >= SERVE_EVENTS and after == base)
+    return info
+
+
+def case_serve_bare(out, cap_gib):
+    """The serve loop's allocations and caught OOMs alone: no model, no
+    generator, no copies (isolates the OOM path when serve fails)."""
+    xseg, torch, info = setup(f"max_mapped:{cap_gib}GB,verbose:off")
+    torch.ones(1, device="cuda")
+    base = torch.cuda.memory_allocated()
+    _, events, batches = serve_loop(torch, SERVE_EVENTS, (cap_gib + 2) * GiB, bare=True)
+    after = torch.cuda.memory_allocated()
+    info.update(oom_events=events, batches=batches, no_leak=after == base,
+                ok=events >= SERVE_EVENTS and after == base)
     return info
 
 
 def case_serve_ref(out):
     xseg, torch, info = setup("verbose:off")
-    digests, events, batches = serve_loop(torch, 100, 1 << 20)  # "too large" fits
+    digests, events, batches = serve_loop(torch, SERVE_EVENTS, 1 << 20)  # "too large" fits
     json.dump(digests, open(os.path.join(out, "serve_ref_digests.json"), "w"))
     info.update(oom_events=events, batches=batches, ok=events == 0)
     return info
@@ -234,9 +258,11 @@ def case_stats(out):
 
 
 def child(name, out, cap):
+    faulthandler.enable()  # a native abort still names the Python line (stderr)
     t0 = time.time()
     try:
         fns = {"serve": lambda: case_serve(out, cap), "serve_ref": lambda: case_serve_ref(out),
+               "serve_bare": lambda: case_serve_bare(out, cap),
                "compile": lambda: case_compile(out), "cudnn": lambda: case_cudnn(out),
                "snapshot": lambda: case_snapshot(out), "stats": lambda: case_stats(out)}
         res = fns[name]()
