@@ -978,6 +978,10 @@ void install(const std::string& libpath, const std::string& running_torch) {
               "before the first CUDA tensor");
   g_alloc->init(c10::cuda::device_count());
   cca::allocator.store(g_alloc);
+  // torch registers its own caching allocator for kCUDA at static init too
+  // (c10::GetAllocator, c10::getDeviceAllocator: torch.accelerator's memory
+  // calls); without this they would reach that one, never initialised.
+  c10::SetAllocator(c10::DeviceType::CUDA, g_alloc, 0);
   g_installed_lib = libpath;
 }
 
