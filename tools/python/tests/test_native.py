@@ -95,6 +95,17 @@ class CompileCommand(unittest.TestCase):
         self.assertEqual(c[c.index("-o") + 1], "/out/m.so")
         self.assertLess(c.index("/src/xseg_native.cpp"), c.index("-lc10"))
 
+    def test_extra_flags(self):
+        self.assertEqual(_native.extra_flags({}), [])
+        self.assertEqual(_native.extra_flags({"XSEG_NATIVE_CXXFLAGS": ""}), [])
+        flags = _native.extra_flags({"XSEG_NATIVE_CXXFLAGS": "-g  -fsanitize=address '-DX=a b'"})
+        self.assertEqual(flags, ["-g", "-fsanitize=address", "-DX=a b"])
+        c = _native.compile_command("/usr/bin/g++", Path("/src/xseg_native.cpp"), "/out/m.so",
+                                    "2.11.0", ["/t/include"], ["/t/lib"], True, "/py/include",
+                                    None, extra=flags)
+        self.assertLess(c.index("-fsanitize=address"), c.index("/src/xseg_native.cpp"))
+        self.assertIn("-DX=a b", c)
+
     def test_abi_and_no_cuda_dir(self):
         c = self.cmd(abi=False, cuda=None)
         self.assertIn("-D_GLIBCXX_USE_CXX11_ABI=0", c)
