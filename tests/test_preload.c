@@ -549,6 +549,44 @@ START_TEST(stats_at_exit)
 }
 END_TEST
 
+/* cuda_churn's sequence (the app's cudachurn mode, which
+ * tools/preload/host_churn.py runs for the host figures of docs/preload.md):
+ * the same line with and without xseg, every allocation served by xseg,
+ * and xseg's mapped peak at least the application's live peak. */
+START_TEST(cuda_churn_sequence)
+{
+    static char stats[OUT_CAP];
+    char *argv[] = {(char *)APP, (char *)"cudachurn", (char *)"600", NULL};
+    const char *plain_env[] = {"XSEG_CONF=backend:host", NULL};
+    run plain, r;
+    spawn(&plain, argv, NULL, plain_env);
+    char dir[] = "/tmp/xseg_preload_ccXXXXXX", env0[128], cmd[160];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(env0, sizeof env0, "XSEG_PRELOAD_STATS=%s/s", dir);
+    const char *env[] = {env0, "XSEG_CONF=backend:host", NULL};
+    spawn(&r, argv, PRELOAD, env);
+    snprintf(cmd, sizeof cmd, "cat %s/s 2>/dev/null; rm -rf %s", dir, dir);
+    FILE *f = popen(cmd, "r");
+    size_t n = f ? fread(stats, 1, OUT_CAP - 1, f) : 0;
+    stats[n] = '\0';
+    if (f)
+        pclose(f);
+    const char *a = line(plain.out, "cudachurn"), *b = line(r.out, "cudachurn");
+    ck_assert_msg(plain.status == 0 && r.status == 0 && a && b,
+                  "rc %d / %d\n%s\n%s\n%s", plain.status, r.status, plain.out, r.out, r.err);
+    ck_assert_msg(strncmp(a, "iters=600 allocs=600 frees=600 errors=0", 39) == 0 &&
+                      strcspn(a, "\n") == strcspn(b, "\n") &&
+                      strncmp(a, b, strcspn(a, "\n")) == 0,
+                  "without xseg: %.200s\nwith: %.200s", a, b);
+    long long live_peak = stat_in(stats, "live_peak_bytes", 0);
+    long long mapped_peak = stat_in(stats, "mapped_bytes", 1);
+    long long allocs = stat_of(stats, "alloc_calls");
+    ck_assert_msg(allocs >= 600 && live_peak > (64ll << 20) && mapped_peak >= live_peak,
+                  "alloc_calls %lld, live peak %lld, mapped peak %lld: %s", allocs, live_peak,
+                  mapped_peak, stats);
+}
+END_TEST
+
 /* xseg-run sets LD_PRELOAD (keeping what was there), XSEG_CONF and the
  * free mode. */
 START_TEST(xseg_run_wrapper)
@@ -614,6 +652,7 @@ int main(void)
     tcase_add_test(tc, refused_conf_passes_through);
     tcase_add_test(tc, stats_at_exit);
     tcase_add_test(tc, xseg_run_wrapper);
+    tcase_add_test(tc, cuda_churn_sequence);
     suite_add_tcase(s, tc);
     return t_run(s);
 }

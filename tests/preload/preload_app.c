@@ -18,8 +18,13 @@
  *                           (the stand-in's cuCtxSynchronize counter), R
  *                           allocations that overlapped a block freed with
  *                           no sync since (reuse cudaFree would not allow)
- * usage: preload_app basic|fork|threads|churn|churnloop   (exit 0 unless a check
- *        failed; churnloop: the churn without the checks after it) */
+ *   cudachurn iters=N allocs=A frees=F errors=E live_peak=L
+ *                           tools/preload/cuda_churn.cu's allocation
+ *                           sequence (same generator, sizes, streams,
+ *                           async share, ring of 24), without kernels
+ * usage: preload_app basic|fork|threads|churn|churnloop|cudachurn [ITERS]
+ *        (exit 0 unless a check failed; churnloop: the churn without the
+ *        checks after it; cudachurn: ITERS default 8000, as gpu_proof.sh) */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -390,6 +395,75 @@ static int churn(int only_loop)
     return g_failed;
 }
 
+/* ---- cudachurn: cuda_churn.cu's sequence, for the host figures ---- */
+
+static uint64_t churn_rng(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+enum { CC_DEPTH = 24 };
+
+typedef struct cc_slot {
+    void *p;
+    size_t n;
+    int stream, async;
+} cc_slot;
+
+static int cc_free(cc_slot *r, void *const st[2])
+{
+    int rc = r->async ? cudaFreeAsync(r->p, st[r->stream]) : cudaFree(r->p);
+    r->p = NULL;
+    return rc != 0;
+}
+
+/* The loop of cuda_churn.cu with seed 12345: log-uniform 256 B .. 64 MiB,
+ * stream 0 or 1, a quarter async, freed 24 iterations later.  Each block's
+ * first and last byte are written (host memory: no kernels). */
+static int cudachurn(int iters)
+{
+    uint64_t s = 12345 | 1;
+    void *const st[2] = {(void *)0x5100, (void *)0x5200}; /* two streams */
+    cc_slot ring[CC_DEPTH] = {0};
+    long allocs = 0, frees = 0;
+    int errors = 0;
+    size_t live = 0, live_peak = 0;
+    for (int i = 0; i < iters + CC_DEPTH; i++) {
+        cc_slot *r = &ring[i % CC_DEPTH];
+        if (r->p) {
+            live -= r->n;
+            errors += cc_free(r, st);
+            frees++;
+        }
+        if (i >= iters)
+            continue;
+        int shift = 8 + (int)(churn_rng(&s) % 19);
+        size_t n = ((size_t)1 << shift) + (churn_rng(&s) % ((size_t)1 << shift));
+        n = (n + 3) / 4 * 4;
+        r->stream = (int)(churn_rng(&s) & 1);
+        r->async = (churn_rng(&s) % 4) == 0;
+        int rc = r->async ? cudaMallocAsync(&r->p, n, st[r->stream]) : cudaMalloc(&r->p, n);
+        if (rc != 0 || !r->p) {
+            errors++;
+            r->p = NULL;
+            continue;
+        }
+        allocs++;
+        r->n = n;
+        live += n;
+        live_peak = live > live_peak ? live : live_peak;
+        ((unsigned char *)r->p)[0] = (unsigned char)i;
+        ((unsigned char *)r->p)[n - 1] = (unsigned char)i;
+    }
+    printf("cudachurn iters=%d allocs=%ld frees=%ld errors=%d live_peak=%zu\n", iters, allocs,
+           frees, errors, live_peak);
+    cudaFree(g_ctor_ptr);
+    return errors != 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "basic";
@@ -397,6 +471,8 @@ int main(int argc, char **argv)
              : strcmp(mode, "threads") == 0 ? threads()
              : strcmp(mode, "churn") == 0   ? churn(0)
              : strcmp(mode, "churnloop") == 0 ? churn(1)
+             : strcmp(mode, "cudachurn") == 0
+                 ? cudachurn(argc > 2 ? atoi(argv[2]) : 8000)
                                             : basic();
     fflush(stdout);
     return rc;
