@@ -549,41 +549,76 @@ START_TEST(stats_at_exit)
 }
 END_TEST
 
-/* cuda_churn's sequence (the app's cudachurn mode, which
- * tools/preload/host_churn.py runs for the host figures of docs/preload.md):
- * the same line with and without xseg, every allocation served by xseg,
- * and xseg's mapped peak at least the application's live peak. */
-START_TEST(cuda_churn_sequence)
+/* The app's cudachurn mode (600 iterations) under the preload library with
+ * XSEG_PRELOAD_ASYNC=`async`: its line in `out` (cap OUT_CAP), the stats in
+ * `stats` (cap OUT_CAP). */
+static void cudachurn_run(run *r, const char *async, char *stats)
 {
-    static char stats[OUT_CAP];
     char *argv[] = {(char *)APP, (char *)"cudachurn", (char *)"600", NULL};
-    const char *plain_env[] = {"XSEG_CONF=backend:host", NULL};
-    run plain, r;
-    spawn(&plain, argv, NULL, plain_env);
-    char dir[] = "/tmp/xseg_preload_ccXXXXXX", env0[128], cmd[160];
+    char dir[] = "/tmp/xseg_preload_ccXXXXXX", env0[128], env1[64], cmd[160];
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(env0, sizeof env0, "XSEG_PRELOAD_STATS=%s/s", dir);
-    const char *env[] = {env0, "XSEG_CONF=backend:host", NULL};
-    spawn(&r, argv, PRELOAD, env);
+    snprintf(env1, sizeof env1, "XSEG_PRELOAD_ASYNC=%s", async);
+    const char *env[] = {env0, env1, "XSEG_CONF=backend:host", NULL};
+    spawn(r, argv, PRELOAD, env);
     snprintf(cmd, sizeof cmd, "cat %s/s 2>/dev/null; rm -rf %s", dir, dir);
     FILE *f = popen(cmd, "r");
     size_t n = f ? fread(stats, 1, OUT_CAP - 1, f) : 0;
     stats[n] = '\0';
     if (f)
         pclose(f);
-    const char *a = line(plain.out, "cudachurn"), *b = line(r.out, "cudachurn");
-    ck_assert_msg(plain.status == 0 && r.status == 0 && a && b,
-                  "rc %d / %d\n%s\n%s\n%s", plain.status, r.status, plain.out, r.out, r.err);
+}
+
+/* The count of driver op `name` in a stats line; -1: none. */
+static long long op_calls(const char *stats, const char *name)
+{
+    const char *p = strstr(stats, "\"driver_calls\":");
+    char pat[64];
+    long long v = -1;
+    snprintf(pat, sizeof pat, "\"%s\":", name);
+    p = p ? strstr(p, pat) : NULL;
+    return p && sscanf(p + strlen(pat), "%lld", &v) == 1 ? v : -1;
+}
+
+/* cuda_churn's sequence (the app's cudachurn mode, which
+ * tools/preload/host_churn.py runs for the host figures of docs/preload.md):
+ * the same line without xseg and with both XSEG_PRELOAD_ASYNC modes, every
+ * allocation served by xseg, xseg's mapped peak at least the live peak;
+ * with one pool (the default) the async frees record their stream (more
+ * event records) and pages move far less (fewer set-access calls) than
+ * with a pool per stream. */
+START_TEST(cuda_churn_sequence)
+{
+    static char pool[OUT_CAP], per_stream[OUT_CAP];
+    char *argv[] = {(char *)APP, (char *)"cudachurn", (char *)"600", NULL};
+    const char *plain_env[] = {"XSEG_CONF=backend:host", NULL};
+    run plain, r, rs;
+    spawn(&plain, argv, NULL, plain_env);
+    cudachurn_run(&r, "pool", pool);
+    cudachurn_run(&rs, "stream", per_stream);
+    const char *a = line(plain.out, "cudachurn"), *b = line(r.out, "cudachurn"),
+               *c = line(rs.out, "cudachurn");
+    ck_assert_msg(plain.status == 0 && r.status == 0 && rs.status == 0 && a && b && c,
+                  "rc %d / %d / %d\n%s\n%s\n%s", plain.status, r.status, rs.status, plain.out,
+                  r.out, r.err);
+    size_t len = strcspn(a, "\n");
     ck_assert_msg(strncmp(a, "iters=600 allocs=600 frees=600 errors=0", 39) == 0 &&
-                      strcspn(a, "\n") == strcspn(b, "\n") &&
-                      strncmp(a, b, strcspn(a, "\n")) == 0,
-                  "without xseg: %.200s\nwith: %.200s", a, b);
-    long long live_peak = stat_in(stats, "live_peak_bytes", 0);
-    long long mapped_peak = stat_in(stats, "mapped_bytes", 1);
-    long long allocs = stat_of(stats, "alloc_calls");
-    ck_assert_msg(allocs >= 600 && live_peak > (64ll << 20) && mapped_peak >= live_peak,
+                      strcspn(b, "\n") == len && strncmp(a, b, len) == 0 &&
+                      strcspn(c, "\n") == len && strncmp(a, c, len) == 0,
+                  "without xseg: %.200s\npool: %.200s\nstream: %.200s", a, b, c);
+    long long live_peak = stat_in(pool, "live_peak_bytes", 0);
+    long long mapped_peak = stat_in(pool, "mapped_bytes", 1);
+    long long allocs = stat_of(pool, "alloc_calls");
+    ck_assert_msg(allocs >= 600 && live_peak > (64ll << 20) && mapped_peak >= live_peak &&
+                      strstr(pool, "\"async\":\"pool\"") &&
+                      strstr(per_stream, "\"async\":\"stream\""),
                   "alloc_calls %lld, live peak %lld, mapped peak %lld: %s", allocs, live_peak,
-                  mapped_peak, stats);
+                  mapped_peak, pool);
+    long long ev_pool = op_calls(pool, "event_record"), ev_str = op_calls(per_stream, "event_record");
+    long long sa_pool = op_calls(pool, "set_access"), sa_str = op_calls(per_stream, "set_access");
+    ck_assert_msg(ev_pool > ev_str && ev_str >= 0 && sa_pool >= 0 && sa_pool * 4 < sa_str * 3,
+                  "event records pool %lld / stream %lld, set-access calls pool %lld / stream "
+                  "%lld", ev_pool, ev_str, sa_pool, sa_str);
 }
 END_TEST
 

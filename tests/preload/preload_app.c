@@ -22,9 +22,11 @@
  *                           tools/preload/cuda_churn.cu's allocation
  *                           sequence (same generator, sizes, streams,
  *                           async share, ring of 24), without kernels
- * usage: preload_app basic|fork|threads|churn|churnloop|cudachurn [ITERS]
+ * usage: preload_app basic|fork|threads|churn|churnloop|cudachurn [ITERS [sync]]
  *        (exit 0 unless a check failed; churnloop: the churn without the
- *        checks after it; cudachurn: ITERS default 8000, as gpu_proof.sh) */
+ *        checks after it; cudachurn: ITERS default 8000, as gpu_proof.sh;
+ *        sync: every allocation through cudaMalloc, one stream, to see
+ *        what the two streams cost) */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -421,9 +423,10 @@ static int cc_free(cc_slot *r, void *const st[2])
 }
 
 /* The loop of cuda_churn.cu with seed 12345: log-uniform 256 B .. 64 MiB,
- * stream 0 or 1, a quarter async, freed 24 iterations later.  Each block's
+ * stream 0 or 1, a quarter async (none with all_sync), freed 24
+ * iterations later.  Each block's
  * first and last byte are written (host memory: no kernels). */
-static int cudachurn(int iters)
+static int cudachurn(int iters, int all_sync)
 {
     uint64_t s = 12345 | 1;
     void *const st[2] = {(void *)0x5100, (void *)0x5200}; /* two streams */
@@ -444,7 +447,7 @@ static int cudachurn(int iters)
         size_t n = ((size_t)1 << shift) + (churn_rng(&s) % ((size_t)1 << shift));
         n = (n + 3) / 4 * 4;
         r->stream = (int)(churn_rng(&s) & 1);
-        r->async = (churn_rng(&s) % 4) == 0;
+        r->async = (churn_rng(&s) % 4) == 0 && !all_sync;
         int rc = r->async ? cudaMallocAsync(&r->p, n, st[r->stream]) : cudaMalloc(&r->p, n);
         if (rc != 0 || !r->p) {
             errors++;
@@ -472,7 +475,8 @@ int main(int argc, char **argv)
              : strcmp(mode, "churn") == 0   ? churn(0)
              : strcmp(mode, "churnloop") == 0 ? churn(1)
              : strcmp(mode, "cudachurn") == 0
-                 ? cudachurn(argc > 2 ? atoi(argv[2]) : 8000)
+                 ? cudachurn(argc > 2 ? atoi(argv[2]) : 8000,
+                             argc > 3 && strcmp(argv[3], "sync") == 0)
                                             : basic();
     fflush(stdout);
     return rc;

@@ -11,6 +11,7 @@ usage: host_churn.py BUILD_DIR [ITERS] [-- CONF ...]
        each conf argument: "CONF" or "CONF|Q", Q an XSEG_PRELOAD_QUARANTINE
        value or "sync"/"stream" (XSEG_PRELOAD_FREE); CONF is what
        XSEG_CONF gets after "backend:host,host_driver_latency:h200".
+       CHURN_SYNC=1: every allocation through cudaMalloc (one stream).
 """
 import json
 import os
@@ -46,7 +47,8 @@ def run(build, iters, conf, quarantine, free_mode):
         if quarantine:
             env["XSEG_PRELOAD_QUARANTINE"] = quarantine
         t0 = time.monotonic()
-        p = subprocess.run([app, "cudachurn", str(iters)], env=env, capture_output=True,
+        argv = [app, "cudachurn", str(iters)] + (["sync"] if os.environ.get("CHURN_SYNC") else [])
+        p = subprocess.run(argv, env=env, capture_output=True,
                            text=True, timeout=300)
         wall = time.monotonic() - t0
         if p.returncode != 0 or "errors=0" not in p.stdout:
@@ -67,8 +69,8 @@ def main():
     iters = int(args.pop(0)) if args and args[0] != "--" else 8000
     confs = args[1:] if args and args[0] == "--" else DEFAULT_CONFS
     print("| conf | quarantine | " + " | ".join(OPS[:6]) +
-          " | of them worker | modelled ms (all threads) | caller driver ms | mapped peak MiB | live peak MiB | peak/live | syncs | wall s |")
-    print("|" + "---|" * 17)
+          " | of them worker | modelled ms (all threads) | caller driver ms | mapped peak MiB | live peak MiB | peak/live | syncs | growth drains (caller) | bound drains (thread) | wall s |")
+    print("|" + "---|" * 19)
     for c in confs:
         conf, _, q = c.partition("|")
         free_mode = ""
@@ -80,11 +82,12 @@ def main():
         mp = s["mapped_bytes"]["peak"] if isinstance(s["mapped_bytes"], dict) else s["mapped_bytes"]
         lp = pl["live_peak_bytes"]
         model = sum(calls.get(o, 0) * c for o, c in COST_US.items()) / 1e3
-        print("| `%s` | %s | %s | %d | %.1f | %.1f | %.1f | %.1f | %.3f | %d | %.2f |" % (
+        print("| `%s` | %s | %s | %d | %.1f | %.1f | %.1f | %.1f | %.3f | %d | %d | %d (%d) | %.2f |" % (
             conf or "(default)", free_mode or q or pl.get("quarantine_bound", "default"),
             " | ".join(str(calls.get(o, 0)) for o in OPS[:6]),
             val(s, "driver_calls_worker"), model, val(s, "driver_ns_caller") / 1e6, mp / 2**20,
-            lp / 2**20, mp / lp, pl["syncs"], wall), flush=True)
+            lp / 2**20, mp / lp, pl["syncs"], pl.get("drains_growth", -1),
+            pl.get("drains_bound", -1), pl.get("drains_thread", -1), wall), flush=True)
 
 
 if __name__ == "__main__":

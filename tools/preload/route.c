@@ -4,7 +4,9 @@
  * allocation, free (xseg's pointers only: xseg_default_owner tells them
  * apart without side effects) and what makes it safe (the quarantine of
  * quarantine.c by default; XSEG_PRELOAD_FREE=sync: a device sync per free;
- * =stream: xseg's stream order), the cap in cudaMemGetInfo, the
+ * =stream: xseg's stream order), async allocations from the one legacy
+ * pool (XSEG_PRELOAD_ASYNC=pool, the default; =stream: a pool per stream),
+ * the cap in cudaMemGetInfo, the
  * application's live bytes, and the stats written at exit
  * (XSEG_PRELOAD_STATS).
  * A device xseg cannot serve (no backend, no such device, a fork child's
@@ -27,6 +29,7 @@ static int g_off;          /* the conf was refused: everything passes through */
 enum { FREE_QUARANTINE, FREE_SYNC, FREE_STREAM };
 static int g_free_mode = FREE_QUARANTINE;
 static const char *const g_mode_names[] = {"quarantine", "sync", "stream"};
+static int g_async_pool = 1; /* XSEG_PRELOAD_ASYNC: pool (default), stream */
 static int g_verbose;
 static const char *g_stats_path;
 static _Atomic(xseg_t *) g_xs[PL_MAX_DEVICES];
@@ -116,6 +119,12 @@ static void set_free_mode(void)
         fprintf(stderr, "xseg-preload: XSEG_PRELOAD_FREE=%s is not quarantine, sync or stream; "
                         "%s is used\n", f, g_mode_names[g_free_mode]);
     say("frees: %s (quarantine bound %s)", g_mode_names[g_free_mode], pl_q_spec());
+    const char *a = getenv("XSEG_PRELOAD_ASYNC");
+    g_async_pool = !(a && strcmp(a, "stream") == 0);
+    if (a && *a && g_async_pool && strcmp(a, "pool") != 0)
+        fprintf(stderr, "xseg-preload: XSEG_PRELOAD_ASYNC=%s is not pool or stream; pool is "
+                        "used\n", a);
+    say("async allocations: %s", g_async_pool ? "pool" : "stream");
 }
 
 static void init(void)
@@ -187,6 +196,9 @@ int pl_alloc(int device, size_t size, pl_stream stream, void **out)
 {
     int old = pl_inside, r = PL_PASS;
     pl_inside = 1;
+    pthread_once(&g_once, init);
+    if (g_async_pool)
+        stream = NULL; /* one pool: the async free records its stream (free_block) */
     xseg_t *xs = device_xs(device);
     if (xs) {
         xseg_status st = alloc_from(device, xs, size, stream, out);
@@ -325,6 +337,11 @@ void pl_capture_relaxed(void)
  * after a device sync (FREE_SYNC), or at once (FREE_STREAM). */
 static int free_block(int d, xseg_t *xs, void *ptr, size_t rounded, int async, pl_stream s)
 {
+    /* With one pool, a block freed on the legacy stream would be the pool's
+     * again in legacy order only, and a non-blocking stream could get it
+     * early: the quarantine's device sync frees it instead (no wait here). */
+    if (async && g_async_pool && !s && g_free_mode == FREE_QUARANTINE)
+        async = 0;
     if (async)
         (void)xseg_record_stream(xs, ptr, s); /* a bad pointer: the free says why */
     else if (g_free_mode == FREE_QUARANTINE)
@@ -391,8 +408,9 @@ static void write_one(FILE *f, int d, xseg_t *xs)
         return;
     pl_q_json(d, q, sizeof q);
     fprintf(f, "{\"pid\":%d,\"device\":%d,\"stats\":%s,\"preload\":{\"free_mode\":\"%s\","
-               "\"live_bytes\":%zu,\"live_peak_bytes\":%zu,\"syncs\":%lu,%s}}\n",
-            (int)getpid(), d, buf, g_mode_names[g_free_mode], atomic_load(&g_live[d]),
+               "\"async\":\"%s\",\"live_bytes\":%zu,\"live_peak_bytes\":%zu,\"syncs\":%lu,%s}}\n",
+            (int)getpid(), d, buf, g_mode_names[g_free_mode], g_async_pool ? "pool" : "stream",
+            atomic_load(&g_live[d]),
             atomic_load(&g_live_peak[d]), atomic_load(&g_syncs[d]), q);
 }
 
