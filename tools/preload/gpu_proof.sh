@@ -8,7 +8,9 @@
 #   cuda_churn (plain CUDA C: cudaMalloc/cudaFree of varied sizes, two streams),
 #     CHURN_ROUNDS (3) interleaved rounds of: without xseg, under xseg (the
 #     default quarantine), under xseg with XSEG_PRELOAD_QUARANTINE=$CHURN_QUARANTINE
-#     (256m): median and min-max, since processes vary 10-30%;
+#     (256m), under xseg with XSEG_PRELOAD_ASYNC=stream (a pool per stream, the
+#     behaviour before one pool): median and min-max, since processes vary
+#     10-30%; and xseg's driver calls by op and caller driver time per run;
 #   CuPy with its pool off and on (tools/preload/workloads.py cupy),
 #   JAX with XLA_PYTHON_CLIENT_ALLOCATOR=platform (a small training loop), run
 #     twice without xseg to show whether it is deterministic by itself
@@ -73,6 +75,13 @@ if stats:
                 peaks[k] += s.get(k, 0)
             for k in ("syncs", "quarantined", "drains"):
                 peaks[k] += p.get(k, 0)
+            calls = peaks.setdefault("driver_calls", {})
+            for k, v in s.get("driver_calls", {}).items():
+                calls[k] = calls.get(k, 0) + v
+            ns = s.get("driver_ns_caller", 0)
+            ns = ns.get("current", 0) if isinstance(ns, dict) else ns
+            peaks["driver_ns_caller"] = peaks.get("driver_ns_caller", 0) + ns
+            peaks["async"] = p.get("async")
             peaks["free_mode"] = p.get("free_mode")
             peaks["quarantine_bound"] = p.get("quarantine_bound")
     xs = peaks if peaks["processes"] else None
@@ -126,6 +135,7 @@ for r in $(seq 1 "$rounds"); do
     step "churn_plain_$r" 30 "$churn" "$iters"
     step "churn_xseg_$r" 30 --xseg "$churn" "$iters"
     step "churn_xsegq_$r" 30 --xseg env XSEG_PRELOAD_QUARANTINE="$cq" "$churn" "$iters"
+    step "churn_xsegs_$r" 30 --xseg env XSEG_PRELOAD_ASYNC=stream "$churn" "$iters"
 done
 # ---- CuPy ----
 w=$here/workloads.py
@@ -210,7 +220,8 @@ lines = ["# Preload proof (tools/preload/gpu_proof.sh)", "",
 
 # cuda_churn: rounds
 variants = [("without xseg", "churn_plain"), ("xseg (default quarantine)", "churn_xseg"),
-            ("xseg (XSEG_PRELOAD_QUARANTINE bigger)", "churn_xsegq")]
+            ("xseg (XSEG_PRELOAD_QUARANTINE bigger)", "churn_xsegq"),
+            ("xseg (XSEG_PRELOAD_ASYNC=stream: a pool per stream)", "churn_xsegs")]
 lines += ["## cuda_churn, interleaved rounds", "",
           "| run | rounds ok | same result | wall s median (min-max) | speed-up (medians) | "
           "alloc+free s median (min-max) | peak used MiB (max) | xseg mapped peak MiB | "
@@ -244,6 +255,19 @@ for title, prefix in variants:
                  f"{mm(walls)} | {sp} | {mm([res(r)['alloc_free_s'] for r in rs])} | "
                  f"{mib(max(res(r)['peak_used_bytes'] for r in rs))} | {mib(mp)} | {mib(lp)} | "
                  f"{ol} | {sf} |")
+
+ops = ["create", "map", "set_access", "unmap", "release", "event_record", "event_query"]
+lines += ["", "cuda_churn: xseg's driver calls by op and the caller's driver time, medians "
+          "over the rounds (XSEG_PRELOAD_STATS)", "",
+          "| run | " + " | ".join(ops) + " | caller driver s |", "|---|" + "---|" * (len(ops) + 1)]
+for title, prefix in variants[1:]:
+    xs = [r.get("xseg") or {} for r in rounds_of(prefix)]
+    xs = [x for x in xs if "driver_calls" in x]
+    if not xs:
+        continue
+    med = [statistics.median(x["driver_calls"].get(o, 0) for x in xs) for o in ops]
+    cns = statistics.median(x.get("driver_ns_caller", 0) for x in xs) / 1e9
+    lines.append(f"| {title} | " + " | ".join(f"{m:.0f}" for m in med) + f" | {cns:.3f} |")
 
 pairs = [("CuPy, pool off", "cupy_pool_off_plain", "cupy_pool_off_xseg"),
          ("CuPy, pool on", "cupy_pool_on_plain", "cupy_pool_on_xseg"),
