@@ -622,6 +622,32 @@ START_TEST(cuda_churn_sequence)
 }
 END_TEST
 
+/* With one pool (the default), a block freed by cudaFreeAsync on the
+ * legacy stream does not come back on another stream before a device
+ * sync; with XSEG_PRELOAD_FREE=stream it does at once (the check can
+ * fail). */
+START_TEST(async_legacy_free_not_reused_early)
+{
+    const char *modes[][2] = {{"XSEG_PRELOAD_ASYNC=pool", NULL},
+                              {"XSEG_PRELOAD_ASYNC=pool", "XSEG_PRELOAD_FREE=stream"}};
+    int early[2] = {-1, -1};
+    for (int m = 0; m < 2; m++) {
+        run r;
+        const char *env[] = {modes[m][0], modes[m][1], NULL};
+        app(&r, "asyncreuse", PRELOAD, env);
+        const char *l = line(r.out, "asyncreuse");
+        int errors = -1;
+        ck_assert_msg(r.status == 0 && l && sscanf(l, "early=%d errors=%d", &early[m],
+                                                   &errors) == 2 && errors == 0,
+                      "%s: rc %d\n%s\n%s", modes[m][1] ? modes[m][1] : modes[m][0], r.status,
+                      r.out, r.err);
+    }
+    ck_assert_msg(early[0] == 0 && early[1] > 0,
+                  "early reuse with one pool %d (want 0), with FREE=stream %d (want > 0)",
+                  early[0], early[1]);
+}
+END_TEST
+
 /* xseg-run sets LD_PRELOAD (keeping what was there), XSEG_CONF and the
  * free mode. */
 START_TEST(xseg_run_wrapper)
@@ -688,6 +714,7 @@ int main(void)
     tcase_add_test(tc, stats_at_exit);
     tcase_add_test(tc, xseg_run_wrapper);
     tcase_add_test(tc, cuda_churn_sequence);
+    tcase_add_test(tc, async_legacy_free_not_reused_early);
     suite_add_tcase(s, tc);
     return t_run(s);
 }

@@ -22,7 +22,12 @@
  *                           tools/preload/cuda_churn.cu's allocation
  *                           sequence (same generator, sizes, streams,
  *                           async share, ring of 24), without kernels
- * usage: preload_app basic|fork|threads|churn|churnloop|cudachurn [ITERS [sync]]
+ *   asyncreuse early=N errors=E
+ *                           N of 50 blocks freed by cudaFreeAsync on the
+ *                           legacy stream came back on another stream
+ *                           before a device sync
+ * usage: preload_app basic|fork|threads|churn|churnloop|asyncreuse|
+ *                    cudachurn [ITERS [sync]]
  *        (exit 0 unless a check failed; churnloop: the churn without the
  *        checks after it; cudachurn: ITERS default 8000, as gpu_proof.sh;
  *        sync: every allocation through cudaMalloc, one stream, to see
@@ -467,6 +472,31 @@ static int cudachurn(int iters, int all_sync)
     return errors != 0;
 }
 
+/* ---- asyncreuse: an async free on the legacy stream ---- */
+
+/* 50 times: a block taken on one stream, freed with cudaFreeAsync on the
+ * legacy stream, then one of the same size taken on another stream: how
+ * often the second is the first with no device sync since the free (a
+ * non-blocking stream could then use memory that legacy-stream work
+ * queued before the free still reads). */
+static int asyncreuse(void)
+{
+    void *const s1 = (void *)0x5100, *const s2 = (void *)0x5200;
+    int early = 0, errors = 0;
+    for (int i = 0; i < 50; i++) {
+        void *a = NULL, *b = NULL;
+        errors += cudaMallocAsync(&a, 1 << 20, s1) != 0 || !a;
+        long before = fake_count("cuCtxSynchronize");
+        errors += cudaFreeAsync(a, NULL) != 0;
+        errors += cudaMallocAsync(&b, 1 << 20, s2) != 0 || !b;
+        early += b == a && fake_count("cuCtxSynchronize") == before;
+        errors += cudaFreeAsync(b, s2) != 0;
+    }
+    printf("asyncreuse early=%d errors=%d\n", early, errors);
+    cudaFree(g_ctor_ptr);
+    return errors != 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "basic";
@@ -474,6 +504,7 @@ int main(int argc, char **argv)
              : strcmp(mode, "threads") == 0 ? threads()
              : strcmp(mode, "churn") == 0   ? churn(0)
              : strcmp(mode, "churnloop") == 0 ? churn(1)
+             : strcmp(mode, "asyncreuse") == 0 ? asyncreuse()
              : strcmp(mode, "cudachurn") == 0
                  ? cudachurn(argc > 2 ? atoi(argv[2]) : 8000,
                              argc > 3 && strcmp(argv[3], "sync") == 0)

@@ -339,8 +339,9 @@ static int free_block(int d, xseg_t *xs, void *ptr, size_t rounded, int async, p
 {
     /* With one pool, a block freed on the legacy stream would be the pool's
      * again in legacy order only, and a non-blocking stream could get it
-     * early: the quarantine's device sync frees it instead (no wait here). */
-    if (async && g_async_pool && !s && g_free_mode == FREE_QUARANTINE)
+     * early: it is freed as cudaFree frees (the quarantine's device sync,
+     * with no wait here; a sync with FREE_SYNC). */
+    if (async && g_async_pool && !s)
         async = 0;
     if (async)
         (void)xseg_record_stream(xs, ptr, s); /* a bad pointer: the free says why */
