@@ -161,11 +161,18 @@ void xarena_release_orphans(xseg_t *xs)
 
 /* Pages per handle of a premapped run: the largest power of two that
  * fits what is left, up to max_handle. */
-static size_t premap_pages(const xseg_t *xs, size_t remaining)
+/* The largest power of two of pages that fits `remaining`, at most
+ * `most_bytes` (0: no bound). */
+static size_t pages_upto(const xseg_t *xs, size_t most_bytes, size_t remaining)
 {
-    size_t most = xs->max_handle >> xs->arena.shift;
+    size_t most = most_bytes >> xs->arena.shift;
     size_t r = pow2_floor(remaining);
     return most && r > most ? pow2_floor(most) : r;
+}
+
+static size_t premap_pages(const xseg_t *xs, size_t remaining)
+{
+    return pages_upto(xs, xs->max_handle, remaining);
 }
 
 /* Pages per handle when live memory is mapped again at wake (sleep.c):
@@ -174,10 +181,8 @@ static size_t premap_pages(const xseg_t *xs, size_t remaining)
  * release splits them as it does any large handle. */
 static size_t wake_pages(const xseg_t *xs, size_t remaining)
 {
-    size_t most = (xs->max_handle > ((size_t)1 << 30) ? xs->max_handle : (size_t)1 << 30) >>
-                  xs->arena.shift;
-    size_t r = pow2_floor(remaining);
-    return most && r > most ? pow2_floor(most) : r;
+    size_t gib = (size_t)1 << 30;
+    return pages_upto(xs, xs->max_handle > gib ? xs->max_handle : gib, remaining);
 }
 
 enum { MAP_DEMAND, MAP_PREMAP, MAP_WAKE };
