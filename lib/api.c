@@ -240,6 +240,13 @@ xseg_status xapi_alloc(xseg_t *xs, size_t size, void *stream, void **out)
 
 /* ---- free ---- */
 
+/* A pointer outside xs's range may be a dedicated block (share.c): free,
+ * record_stream and block_size ask share.c first. */
+static int maybe_dedicated(xseg_t *xs, const void *ptr)
+{
+    return xfam(xs)->share && !xseg_in_range(xs, (uintptr_t)ptr);
+}
+
 /* The allocator of xs's family that serves ptr (xs when none does: its
  * own checks then name the bad pointer). */
 static xseg_t *owner_of(xseg_t *xs, const void *ptr)
@@ -258,7 +265,7 @@ xseg_status xseg_free(xseg_t *xs, void *ptr)
                        xseg_fail(xs, XSEG_ERR_INVALID_ARG, "xseg_free: pointer is NULL"));
     xs = owner_of(xs, ptr); /* a tag's memory is freed by its allocator */
     xseg_status st;
-    if (xfam(xs)->share && !xseg_in_range(xs, (uintptr_t)ptr) && xshare_free(xs, ptr, &st))
+    if (maybe_dedicated(xs, ptr) && xshare_free(xs, ptr, &st))
         return refused(xs, &xs->free_calls, st); /* a dedicated block (share.c) */
     /* While asleep a free drops the block at once (not into a cache that
      * wake would map again). */
@@ -282,8 +289,7 @@ xseg_status xseg_record_stream(xseg_t *xs, void *ptr, void *stream)
     xs = owner_of(xs, ptr);
     uintptr_t tag;
     xseg_status st = XSEG_OK;
-    if (xfam(xs)->share && !xseg_in_range(xs, (uintptr_t)ptr) &&
-        xshare_record_stream(xs, ptr, stream, &st))
+    if (maybe_dedicated(xs, ptr) && xshare_record_stream(xs, ptr, stream, &st))
         return st;
     xlock_lock(&xs->lock);
     if (!xseg_live_tag(xs, (uintptr_t)ptr, &tag)) {
@@ -320,8 +326,7 @@ xseg_status xseg_block_size(xseg_t *xs, const void *ptr, size_t *rounded, size_t
     xs = owner_of(xs, ptr);
     uintptr_t tag;
     xseg_status st = XSEG_OK;
-    if (xfam(xs)->share && !xseg_in_range(xs, (uintptr_t)ptr) &&
-        xshare_block_size(xs, ptr, rounded, requested, &st))
+    if (maybe_dedicated(xs, ptr) && xshare_block_size(xs, ptr, rounded, requested, &st))
         return st;
     xlock_lock(&xs->lock);
     if (!xseg_live_tag(xs, (uintptr_t)ptr, &tag)) {
