@@ -373,7 +373,7 @@ XSEG_API xseg_status xseg_default_owner(const void *ptr, xseg_t **out, int *devi
  * runs out of memory inside the handler fails at once (no deadlock, no
  * recursion), and the retry after the handler does not call it again.  When
  * the handler declines, or the retry fails, the call returns XSEG_ERR_OOM with
- * the message of the last failure.  NULL removes it.  Set or remove it before
+ * the message of the last failure.  NULL removes it, and so does
  * xseg_destroy(xs); at most 64 allocators have one at a time
  * (XSEG_ERR_INVALID_ARG beyond). */
 typedef int (*xseg_oom_handler)(xseg_t *xs, size_t requested, void *user);

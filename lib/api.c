@@ -60,6 +60,7 @@ xseg_status xseg_destroy(xseg_t *xs)
         xlock_unlock(&xs->lock);
     }
     if (!child) {
+        (void)xseg_set_oom_handler(xs, NULL, NULL); /* its slot is free again */
         xtc_detach_all(xs);
         for (int t = 1; t < XSEG_MAX_TAGS; t++) {
             xseg_t *c = atomic_load(&xs->tags[t]);

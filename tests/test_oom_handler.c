@@ -2,7 +2,8 @@
  * a handler that frees memory gets its allocation retried and served; one
  * that frees nothing, or declines, leaves XSEG_ERR_OOM with the original
  * message; one that allocates (recursively) inside itself neither deadlocks
- * nor recurses; a handler is called once per failed call; removal works;
+ * nor recurses; a handler is called once per failed call; removal works,
+ * and xseg_destroy removes it;
  * a tag's allocation (one cap for the family) finds its parent's handler. */
 #include <check.h>
 #include <string.h>
@@ -122,6 +123,25 @@ START_TEST(removed_handler_is_not_called)
 }
 END_TEST
 
+/* xseg_destroy removes the handler: an allocator made later (malloc often
+ * gives it the destroyed one's address) does not inherit it. */
+START_TEST(destroy_removes_the_handler)
+{
+    xseg_t *xs = t_host(CAP);
+    hstate h = {.answer = 0};
+    ck_assert_int_eq(xseg_set_oom_handler(xs, handler, &h), XSEG_OK);
+    ck_assert_int_eq(xseg_destroy(xs), XSEG_OK);
+    xseg_t *again = t_host(CAP);
+    void *a = NULL, *b = NULL;
+    ck_assert_int_eq(xseg_alloc(again, 48 * MiB, NULL, &a), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(again, 40 * MiB, NULL, &b), XSEG_ERR_OOM);
+    ck_assert_msg(h.calls == 0, "the destroyed allocator's handler ran for %p (%s address)",
+                  (void *)again, again == xs ? "the same" : "another");
+    ck_assert_int_eq(xseg_free(again, a), XSEG_OK);
+    xseg_destroy(again);
+}
+END_TEST
+
 START_TEST(a_tags_allocation_uses_the_parents_handler)
 {
     xseg_t *xs = t_host(CAP);
@@ -149,6 +169,7 @@ int main(void)
     tcase_add_test(tc, allocating_inside_the_handler_does_not_deadlock);
     tcase_add_test(tc, removed_handler_is_not_called);
     tcase_add_test(tc, a_tags_allocation_uses_the_parents_handler);
+    tcase_add_test(tc, destroy_removes_the_handler);
     suite_add_tcase(s, tc);
     return t_run(s);
 }
