@@ -308,6 +308,16 @@ size_t xseg_reclaim(xseg_t *xs, size_t want, int block)
 {
     size_t got = 0;
 
+    /* A moved handle whose old mapping the worker has queued (or is
+     * unmapping) must not be released here meanwhile: two threads in the
+     * driver on one handle corrupted the CUDA driver's own heap on the
+     * H200 (a cuMemUnmap on the worker aborting in glibc's free, after a
+     * failed growth had moved pages and the OOM retry reclaimed them;
+     * docs/design.md).  So the queued unmaps are finished first, as growth
+     * does (find_after_drain). */
+    if (xs->wk_unmapping)
+        xworker_finish_unmaps_locked(xs);
+
     if (!xlist_empty(&xs->moved))
         xblk_moved_process(xs, block);
     xlist skipped = {NULL, NULL};
@@ -1176,8 +1186,10 @@ void xblk_free(xseg_t *xs, xblock *b)
         b->owner = NULL; /* its stream's work is known to be done */
     b->epoch = b->owner ? b->owner->epoch : 0;
     b->stamp = ++xs->stamp;
-    b = coalesce(xs, b, 1);
     int refused, now = xs->conf.release_threshold == XSEG_RELEASE_NOW; /* release_threshold:0 */
+    if ((!xs->conf.caching || now) && xs->wk_unmapping)
+        xworker_finish_unmaps_locked(xs); /* as xseg_reclaim: b may hold a moved handle */
+    b = coalesce(xs, b, 1);
     if ((!xs->conf.caching || now) &&
         (!b->owner || xstream_done(xs, b->owner, b->epoch, !xs->conf.caching || xs->conf.release_wait)))
     {

@@ -70,6 +70,7 @@ typedef struct hslot {
     uint32_t next; /* next FREE slot of the same size (own fd: of any size) */
     uint8_t state;
     uint8_t imported; /* import_fd: not charged to the capacity */
+    uint32_t busy;    /* unmaps and releases of it under way (until their modelled end) */
     int fd;        /* a memfd of its own (shareable, imported), or -1: a range of ctx->memfd */
 } hslot;
 
@@ -97,7 +98,7 @@ typedef struct hevent {
 } hevent;
 
 enum { C_RES, C_RES_BYTES, C_HANDLES, C_HANDLE_BYTES, C_MAPS, C_MAP_BYTES,
-       C_EVENTS, C_SHARED, C_IMPORTED, C_N };
+       C_EVENTS, C_SHARED, C_IMPORTED, C_OVERLAPS, C_N };
 
 typedef struct host_ctx {
     pthread_mutex_t lock;
@@ -1001,9 +1002,72 @@ static int h_create(void *ctx, size_t size, uint64_t *h)
     LOCKED_TIMED(ctx, create, 1, size, create_locked(ctx, size, h));
 }
 
+/* ---- one handle, one thread at a time ----
+ * The CUDA driver's own heap was corrupted on the H200 when one thread
+ * unmapped a mapping of a handle while another released it (or unmapped
+ * another mapping of it).  Unmap and release mark the handles they work on
+ * busy until their modelled end; a call that finds one busy counts an
+ * overlap (xseg_host_counts.overlaps), which tests hold at 0. */
+#define BUSY_MAX 64
+
+typedef struct busyset {
+    uint32_t idx[BUSY_MAX];
+    uint32_t n;
+} busyset;
+
+static void busy_take(host_ctx *c, busyset *b, uint32_t idx)
+{
+    if (idx == NO_SLOT || b->n == BUSY_MAX)
+        return;
+    if (c->slots[idx].busy++)
+        cnt_add(c, C_OVERLAPS, 1);
+    b->idx[b->n++] = idx;
+}
+
+/* The handles mapped in [va, va + size). */
+static void busy_range(host_ctx *c, busyset *b, uintptr_t va, size_t size)
+{
+    uint64_t v;
+    if (!aligned(va, size))
+        return;
+    for (uintptr_t p = va; p < va + size; p += HOST_GRAN)
+        if (xseg_ptrmap_get(&c->pages, p >> HOST_SHIFT, &v) && (v & PV_START))
+            busy_take(c, b, (uint32_t)(v >> 2));
+}
+
+static void busy_give(host_ctx *c, const busyset *b)
+{
+    pthread_mutex_lock(&c->lock);
+    for (uint32_t i = 0; i < b->n; i++)
+        c->slots[b->idx[i]].busy--;
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* Unmap or release (h: the handle; 0: the handles mapped in the range),
+ * lasting the model's time, its handles busy meanwhile. */
+static int busy_call(host_ctx *c, int release, uint64_t h, uintptr_t va, size_t size)
+{
+    busyset b = {.n = 0};
+    pthread_mutex_lock(&c->lock);
+    xseg_host_cost k = release ? c->lat.release : c->lat.unmap;
+    uint64_t ns = release ? model_ns(k, 1, handle_size_locked(c, h))
+                          : model_ns(k, maps_in_locked(c, va, size), size);
+    uint64_t t0 = mono_ns();
+    if (release)
+        busy_take(c, &b, slot_of(c, h));
+    else
+        busy_range(c, &b, va, size);
+    int r = release ? release_locked(c, h) : unmap_locked(c, va, size);
+    pthread_mutex_unlock(&c->lock);
+    if (r == XDRV_SUCCESS && ns)
+        spin_until(t0 + ns);
+    busy_give(c, &b);
+    return r;
+}
+
 static int h_release(void *ctx, uint64_t h)
 {
-    LOCKED_TIMED(ctx, release, 1, handle_size_locked(ctx, h), release_locked(ctx, h));
+    return busy_call(ctx, 1, h, 0, 0);
 }
 
 static int h_map(void *ctx, uintptr_t va, size_t size, uint64_t h)
@@ -1013,7 +1077,7 @@ static int h_map(void *ctx, uintptr_t va, size_t size, uint64_t h)
 
 static int h_unmap(void *ctx, uintptr_t va, size_t size)
 {
-    LOCKED_TIMED(ctx, unmap, maps_in_locked(ctx, va, size), size, unmap_locked(ctx, va, size));
+    return busy_call(ctx, 0, 0, va, size);
 }
 
 static int h_set_access(void *ctx, uintptr_t va, size_t size)
@@ -1178,7 +1242,8 @@ static void counts_fill(xseg_host_counts *out, const size_t *n, size_t capacity)
 {
     *out = (xseg_host_counts){n[C_RES], n[C_RES_BYTES], n[C_HANDLES],
                               n[C_HANDLE_BYTES], n[C_MAPS], n[C_MAP_BYTES],
-                              n[C_EVENTS], capacity, n[C_SHARED], n[C_IMPORTED]};
+                              n[C_EVENTS], capacity, n[C_SHARED], n[C_IMPORTED],
+                              n[C_OVERLAPS]};
 }
 
 void xseg_host_counts_of(void *ctx, xseg_host_counts *out)

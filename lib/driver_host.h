@@ -17,6 +17,9 @@ typedef struct xseg_host_counts {
     size_t capacity;        /* simulated device memory (0 for the global sum) */
     size_t shared;          /* of the handles: shareable ones (a memfd each, create_as) */
     size_t imported;        /* of the handles: imported ones (import_fd; not in handle_bytes) */
+    size_t overlaps;        /* calls that began while another thread's unmap or release
+                               of the same handle had not ended (latency included): the
+                               CUDA driver corrupts its own heap then; 0 is the contract */
 } xseg_host_counts;
 
 /* Counters of one backend context, and of all contexts of the process. */

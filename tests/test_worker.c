@@ -6,7 +6,8 @@
  * makes may fail in turn; injected driver
  * failures on the worker's unmaps and releases are retried, reported and
  * never lose a handle; a forked child runs its own allocators; threads
- * hammering an allocator with a worker keep every invariant. */
+ * hammering an allocator with a worker keep every invariant; a failed
+ * growth never releases a handle whose old mapping the worker unmaps. */
 #include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -397,6 +398,41 @@ START_TEST(a_cached_block_does_not_wait_for_the_worker)
 }
 END_TEST
 
+/* The H200's abort in a capped PyTorch serving loop (docs/design.md): a
+ * growth over the cap moved a cached block's handles, queued the unmap of
+ * their old mapping for the worker and failed; the OOM retry's reclaim then
+ * released those handles on the caller while the worker unmapped their old
+ * mapping, two threads in the driver on one handle, and the CUDA driver's
+ * own heap broke (glibc abort inside cuMemUnmap on the worker).  With
+ * unmaps made slow (20 ms a handle), the host backend counts any call on a
+ * handle that another thread's unmap or release has not finished with. */
+START_TEST(a_failed_growth_releases_nothing_under_the_workers_unmap)
+{
+    xseg_t *xs = t_host("reclaim:worker,thread_cache:off,max_mapped:48MB");
+    void *h = t_host_ctx(xs), *a, *x, *b = NULL;
+    xseg_host_counts c0, c1;
+    ck_assert_int_eq(xseg_alloc(xs, 32 * MiB, NULL, &a), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, MiB, NULL, &x), XSEG_OK); /* keeps a's place apart */
+    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
+    xseg_host_counts_of(h, &c0);
+    const xseg_host_latency slow = {.unmap = {20000000, 0}};
+    xseg_host_set_latency(h, &slow);
+    ck_assert_int_eq(xseg_alloc(xs, 60 * MiB, NULL, &b), XSEG_ERR_OOM); /* over the cap */
+    xseg_host_set_latency(h, NULL);
+    ck_assert_uint_eq(t_stats(xs).moved_bytes, 32 * MiB); /* the growth moved a's handles */
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    xseg_host_counts_of(h, &c1);
+    ck_assert_msg(c1.overlaps == c0.overlaps,
+                  "%zu driver calls on a handle another thread was unmapping or releasing",
+                  c1.overlaps - c0.overlaps);
+    T_CHECK(xs);
+    ck_assert_int_eq(xseg_free(xs, x), XSEG_OK);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    ck_assert_uint_eq(live_handles(xs), 0);
+    xseg_destroy(xs);
+}
+END_TEST
+
 /* Every call the worker makes in a small workload fails in turn (the n-th
  * of them, with an out-of-memory code): each run ends with everything
  * released after a second trim, the walk finds every invariant, and the
@@ -540,6 +576,7 @@ int main(void)
     tcase_add_test(tc, a_forked_child_runs_its_own_worker);
     tcase_add_test(tc, old_mappings_of_moved_handles_go_to_the_worker);
     tcase_add_test(tc, a_cached_block_does_not_wait_for_the_worker);
+    tcase_add_test(tc, a_failed_growth_releases_nothing_under_the_workers_unmap);
     tcase_add_test(tc, every_worker_call_may_fail);
     tcase_add_loop_test(tc, threads_with_a_worker_keep_every_invariant, 0,
                         (int)(sizeof k_hammer_confs / sizeof *k_hammer_confs));
