@@ -951,7 +951,8 @@ def parse(argv):
     ap.add_argument("--workloads", nargs="+", default=["llama", "gpt2", "graph"],
                     choices=WORKLOADS,
                     help="default: llama gpt2 graph; the figure counts " + " ".join(FAMILIES))
-    ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES + ("xseg-native",),
+                    help="xseg-native: xseg.install(native=True) (the native module, issue 16)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--passes", type=int, default=3,
                     help="passes over each schedule; the first warms up; the throughput "

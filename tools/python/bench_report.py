@@ -114,7 +114,7 @@ def aggregate(runs):
 # ---------------------------------------------------------------- verdicts
 
 def is_xseg(mode):
-    return mode == "xseg" or mode.startswith("xseg[")
+    return mode in ("xseg", "xseg-native") or mode.startswith("xseg[")
 
 
 def outputs_verdict(rows, complete):
