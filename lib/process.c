@@ -125,10 +125,12 @@ xseg_t *xproc_default_peek(int device)
     return atomic_load_explicit(&g_defaults[device], memory_order_acquire);
 }
 
+/* ptr is in xs's arena (its tags' too) or starts one of its dedicated
+ * blocks (share.c: registrable_min, outside the arena). */
 static int owns(const xseg_t *xs, const void *ptr)
 {
     uintptr_t a = (uintptr_t)ptr;
-    return xs && xseg_range_owner((xseg_t *)xs, a) != NULL; /* its tags' memory too */
+    return xs && (xseg_range_owner((xseg_t *)xs, a) != NULL || xshare_holds((xseg_t *)xs, ptr));
 }
 
 xseg_t *xproc_default_owning(int device, const void *ptr)

@@ -486,6 +486,17 @@ static xseg_status ded_unmap(xseg_t *xs, struct xshare *sh, xded *d)
     return XSEG_OK;
 }
 
+int xshare_holds(xseg_t *xs, const void *ptr)
+{
+    xseg_t *fam = xfam(xs);
+    if (!fam->share)
+        return 0;
+    xlock_lock(&fam->lock);
+    int held = ded_at(fam->share, ptr) != NULL;
+    xlock_unlock(&fam->lock);
+    return held;
+}
+
 int xshare_free(xseg_t *xs, void *ptr, xseg_status *st)
 {
     xseg_t *fam = xfam(xs);

@@ -2,7 +2,8 @@
  * (lib/plugin.c) on the host backend: alloc/free through the process-wide
  * allocator, size 0 and NULL, bad devices and pointers, record_stream,
  * empty_cache (reset), memory fraction, init, CUDA graph pools (routing,
- * reuse inside a pool, lifetime across release and reset), threads. */
+ * reuse inside a pool, lifetime across release and reset), threads,
+ * dedicated blocks (share.c) freed through them. */
 #include <check.h>
 #include <math.h>
 #include <pthread.h>
@@ -409,6 +410,29 @@ START_TEST(threads)
 }
 END_TEST
 
+/* A dedicated block (share.c: outside the arena, as registrable_min makes
+ * them) is found by the entry points: its free released nothing before
+ * (xseg_torch_free said "not allocated by xseg"), and the native module's
+ * torch IPC shares exactly these blocks. */
+START_TEST(dedicated_blocks_are_found)
+{
+    xseg_t *xs = dflt();
+    xseg_share_stats a = {.size = sizeof a}, b = {.size = sizeof b}, c = {.size = sizeof c};
+    ck_assert_int_eq(xseg_share_stats_get(xs, &a), XSEG_OK);
+    void *p = NULL;
+    ck_assert_int_eq(xseg_alloc_registrable(xs, (size_t)4 << 20, S1, &p), XSEG_OK);
+    ck_assert_int_eq(xseg_share_stats_get(xs, &b), XSEG_OK);
+    ck_assert_uint_eq(b.dedicated_blocks.current, a.dedicated_blocks.current + 1);
+    xseg_torch_record_stream(p, S2);
+    ck_assert_str_eq(xseg_last_error(), "");
+    xseg_torch_free(p, 0, -1, NULL);
+    ck_assert_msg(!strcmp(xseg_last_error(), ""), "%s", xseg_last_error());
+    ck_assert_int_eq(xseg_share_stats_get(xs, &c), XSEG_OK);
+    ck_assert_uint_eq(c.dedicated_blocks.current, a.dedicated_blocks.current);
+    ck_assert_uint_eq(c.dedicated_bytes.current, a.dedicated_bytes.current);
+}
+END_TEST
+
 static Suite *plugin_suite(void)
 {
     Suite *s = suite_create("plugin");
@@ -425,6 +449,7 @@ static Suite *plugin_suite(void)
     tcase_add_test(c, memory_fraction_caps_mapped_memory);
     tcase_add_test(c, init_checks_the_count);
     tcase_add_test(c, threads);
+    tcase_add_test(c, dedicated_blocks_are_found);
     suite_add_tcase(s, c);
     TCase *g = tcase_create("graph_pools");
     tcase_add_test(g, graph_pool_routes_and_reuses);
