@@ -20,6 +20,10 @@ OUT/summary.md.  Cases:
             xseg's mapped runs among its segments
   stats     memory_stats & co natively (no monkeypatch), fraction, empty_cache,
             mem_get_info
+  ipc       torch.multiprocessing: a 64 MiB tensor (a dedicated block:
+            registrable_min) sent to a spawned process through a Queue; the
+            child reads it and writes into it, the parent sees the writes; a
+            small (arena) tensor is refused with a clear error
 Usage (repository root, libxseg built):
   XSEG_LIBRARY=$PWD/build/lib/libxseg.so.0 PYTHONPATH=$PWD/tools/python \\
       python3 tools/gpu/native_proof.py --out /tmp/native-proof [--cases serve,compile]
@@ -35,9 +39,9 @@ import sys
 import time
 import traceback
 
-CASES = ("serve", "compile", "cudnn", "snapshot", "stats")
+CASES = ("serve", "compile", "cudnn", "snapshot", "stats", "ipc")
 DEADLINES = {"serve": 240, "serve_ref": 240, "serve_bare": 120, "compile": 300, "cudnn": 180, "snapshot": 120,
-             "stats": 120}
+             "stats": 120, "ipc": 150}
 GiB = 1 << 30
 # OOM events of the serve cases (XSEG_PROOF_SERVE_EVENTS: more to reproduce
 # a late failure, fewer for a quick run).
@@ -104,8 +108,11 @@ def case_serve(out, cap_gib):
     torch.ones(1, device="cuda")
     base = torch.cuda.memory_allocated()
     digests, events, batches = serve_loop(torch, SERVE_EVENTS, (cap_gib + 2) * GiB)
-    gc.collect()  # the caught errors' tracebacks hold the loop's frame (its model) in cycles
+    gc.collect()
     torch.cuda.synchronize()
+    # torch keeps its cuBLAS workspaces (32 + 1 MiB on the H200) for the process: not a leak
+    if hasattr(torch._C, "_cuda_clearCublasWorkspaces"):
+        torch._C._cuda_clearCublasWorkspaces()
     torch.cuda.empty_cache()
     after = torch.cuda.memory_allocated()
     json.dump(digests, open(os.path.join(out, "serve_digests.json"), "w"))
@@ -260,14 +267,75 @@ def case_stats(out):
     return info
 
 
+IPC_CONF = "verbose:off,registrable_min:64MB,shareable:fd"
+
+
+def ipc_child(q, r):
+    """torch.multiprocessing child: xseg's native allocator first, then the
+    parent's tensor (its storage opened through getIpcDevPtr)."""
+    try:
+        os.environ["XSEG_CONF"] = IPC_CONF
+        import xseg  # noqa: PLC0415
+        xseg.install(native=True)
+        import torch  # noqa: PLC0415
+        t = q.get(timeout=60)
+        seen = float(t.double().sum().item())
+        t.add_(1)  # the parent must see this
+        torch.cuda.synchronize()
+        r.put({"child_sum": seen, "child_ptr": t.data_ptr()})
+        del t
+        q.get(timeout=60)  # the parent is done: release our mapping after it reads
+    except Exception as e:  # noqa: BLE001
+        r.put({"child_error": repr(e), "traceback": traceback.format_exc()[-2000:]})
+
+
+def ipc_step(msg):
+    print(f"ipc: {msg}", file=sys.stderr, flush=True)
+
+
+def case_ipc(out):
+    xseg, torch, info = setup(IPC_CONF)
+    import torch.multiprocessing as mp  # noqa: PLC0415
+    small_error = ""
+    try:  # an arena block: not exportable, with a clear message
+        small = torch.ones(1024, device="cuda")
+        ipc_step("sharing an arena tensor")
+        small.untyped_storage()._share_cuda_()
+    except Exception as e:  # noqa: BLE001
+        small_error = str(e)[:300]
+    ipc_step(f"arena tensor refused: {small_error[:120]!r}")
+    ctx = mp.get_context("spawn")
+    q, r = ctx.Queue(), ctx.Queue()
+    n = 64 << 20 >> 2
+    t = torch.arange(n, device="cuda", dtype=torch.float32).remainder_(1000)
+    want = float(t.double().sum().item())
+    p = ctx.Process(target=ipc_child, args=(q, r))
+    p.start()
+    q.put(t)
+    ipc_step("sent")
+    got = r.get(timeout=100)
+    ipc_step(f"child said {got}")
+    after = float(t.double().sum().item()) if "child_error" not in got else None
+    q.put("done")
+    p.join(30)
+    ipc_step(f"child exit {p.exitcode}")
+    info.update(got, sum_parent=want, sum_after_child_wrote=after, child_exit=p.exitcode,
+                small_tensor_refused=small_error,
+                ok="child_error" not in got and got.get("child_sum") == want
+                and after == want + n and p.exitcode == 0 and "registrable_min" in small_error)
+    return info
+
+
 def child(name, out, cap):
-    faulthandler.enable()  # a native abort still names the Python line (stderr)
+    if not os.environ.get("NOFH"):
+        faulthandler.enable()  # a native abort still names the Python line (stderr)
     t0 = time.time()
     try:
         fns = {"serve": lambda: case_serve(out, cap), "serve_ref": lambda: case_serve_ref(out),
                "serve_bare": lambda: case_serve_bare(out, cap),
                "compile": lambda: case_compile(out), "cudnn": lambda: case_cudnn(out),
-               "snapshot": lambda: case_snapshot(out), "stats": lambda: case_stats(out)}
+               "snapshot": lambda: case_snapshot(out), "stats": lambda: case_stats(out),
+               "ipc": lambda: case_ipc(out)}
         res = fns[name]()
     except Exception as e:  # noqa: BLE001 (the case fails, the run goes on)
         res = {"ok": False, "error": repr(e), "traceback": traceback.format_exc()[-4000:]}

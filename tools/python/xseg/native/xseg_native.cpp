@@ -21,8 +21,11 @@
 
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -99,6 +102,10 @@ struct Api {
   void (*begin_pool)(int, PoolId, void*) = nullptr;
   void (*end_pool)(int, PoolId) = nullptr;
   void (*release_pool)(int, PoolId) = nullptr;
+  int (*export_block)(void*, const void*, void*) = nullptr; // xseg_export
+  void (*export_close)(void*) = nullptr;                   // xseg_export_close
+  int (*import_block)(void*, const void*, void**) = nullptr; // xseg_import
+  int (*unimport)(void*, void*) = nullptr;                 // xseg_unimport
 };
 static Api api;
 constexpr int kMapOp = 4, kUnmapOp = 5; // XSEG_OP_MAP, XSEG_OP_UNMAP (stable values)
@@ -136,11 +143,15 @@ static void load_api(const std::string& path) {
   sym(lib, "xseg_torch_begin_pool", a.begin_pool, missing);
   sym(lib, "xseg_torch_end_pool", a.end_pool, missing);
   sym(lib, "xseg_torch_release_pool", a.release_pool, missing);
+  sym(lib, "xseg_export", a.export_block, missing);
+  sym(lib, "xseg_export_close", a.export_close, missing);
+  sym(lib, "xseg_import", a.import_block, missing);
+  sym(lib, "xseg_unimport", a.unimport, missing);
   TORCH_CHECK(missing.empty(), "xseg native: ", path, " lacks ", missing,
               "; rebuild libxseg from the same source tree");
   while (a.op_name && a.nops < 256 && std::strcmp(a.op_name(a.nops), "unknown") != 0)
     a.nops++;
-  TORCH_CHECK(a.nops > kUnmapOp, "xseg native: ", path, " names only ", a.nops,
+  TORCH_CHECK(a.nops > kUnmapOp, "xseg native: ", path, " names only ", N(a.nops),
               " driver operations");
   api = a;
 }
@@ -150,10 +161,30 @@ static std::string last_error() {
   return e ? e : "";
 }
 
+// Numbers and pointers in messages are formatted here, never streamed:
+// c10::str's operator<< for a pointer called a null function inside this
+// module on the H200 (std::ostream::_M_insert<const void*>, instantiated
+// here with hidden visibility), crashing the error path of shareIpcHandle.
+static std::string N(long long v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%lld", v);
+  return b;
+}
+static std::string U(unsigned long long v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%llu", v);
+  return b;
+}
+static std::string P(const void* p) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%p", p);
+  return b;
+}
+
 static void* default_xs(int device) {
   void* xs = nullptr;
   TORCH_CHECK(api.get_default(device, &xs) == 0 && xs,
-              "xseg native: no allocator for device ", device, ": ", last_error());
+              "xseg native: no allocator for device ", N(device), ": ", last_error());
   return xs;
 }
 
@@ -199,11 +230,11 @@ static int stats_of(void* xs, Stats* out) {
 static Stats read_stats(int device) {
   Stats st{};
   int rc = stats_of(default_xs(device), &st);
-  TORCH_CHECK(rc != kShortStats, "xseg native: xseg_get_stats(device ", device,
-              ") filled fewer bytes than the ", 3 * kCounters + (size_t)api.nops + kTail,
-              " words read here (", api.nops, " driver operations); rebuild libxseg and "
+  TORCH_CHECK(rc != kShortStats, "xseg native: xseg_get_stats(device ", N(device),
+              ") filled fewer bytes than the ", U(3 * kCounters + (size_t)api.nops + kTail),
+              " words read here (", N(api.nops), " driver operations); rebuild libxseg and "
               "this module from one source tree");
-  TORCH_CHECK(rc == 0, "xseg native: xseg_get_stats(device ", device, "): ", last_error());
+  TORCH_CHECK(rc == 0, "xseg native: xseg_get_stats(device ", N(device), "): ", last_error());
   return st;
 }
 
@@ -327,11 +358,11 @@ static Json snapshot_of(int device) {
       JsonParser jp{buf.data(), buf.data() + len};
       return jp.value();
     }
-    TORCH_CHECK(st == 13, "xseg native: xseg_snapshot_json(device ", device, "): ",
+    TORCH_CHECK(st == 13, "xseg native: xseg_snapshot_json(device ", N(device), "): ",
                 last_error()); // 13: XSEG_ERR_BUFFER_TOO_SMALL
     buf.resize(len + len / 4 + 4096);
   }
-  TORCH_CHECK(false, "xseg native: xseg_snapshot_json kept growing on device ", device);
+  TORCH_CHECK(false, "xseg native: xseg_snapshot_json kept growing on device ", N(device));
 }
 
 // ---- stats ----
@@ -347,6 +378,97 @@ static Stat stat_of(const Counter& c, const Counter& base) {
   s.allocated = (int64_t)(c.total - base.total);
   s.freed = (int64_t)((c.total - c.current) - (base.total - base.current));
   return s;
+}
+
+// ---- CUDA IPC for torch.multiprocessing, over xseg's export / import ----
+// Only dedicated blocks (docs/sharing.md: registrable_min, shareable:fd) can
+// be exported.  The exporter keeps the description's descriptors open until
+// the block is freed; the handle string carries the description (its pid
+// and descriptor numbers), and the importer takes the descriptors from the
+// exporter with pidfd_getfd (Linux 5.6; the kernel's ptrace rules apply).
+
+// include/xseg.h's xseg_export_desc (ABI: magic XSEX, version 1).
+struct ExportDesc {
+  uint32_t magic, version;
+  int32_t device, pid;
+  uint8_t uuid[16];
+  uint64_t size, requested, nonce;
+  uint32_t handle_type, npieces;
+  int32_t token_fd;
+  uint32_t token_slot;
+  uint64_t check;
+  struct Piece {
+    int32_t fd;
+    uint32_t reserved;
+    uint64_t offset, size;
+  } pieces[8];
+};
+constexpr uint32_t kExportMagic = 0x58534558u;
+constexpr char kIpcTag[] = "xseg-ipc-1:";
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_pidfd_getfd
+#define SYS_pidfd_getfd 438
+#endif
+
+// The exporter's descriptor `fd` in this process (-1 and errno on failure).
+static int fetch_fd(int pidfd, int fd) {
+  return fd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0);
+}
+
+static std::string ipc_encode(const ExportDesc& d) {
+  return std::string(kIpcTag) + std::string(reinterpret_cast<const char*>(&d), sizeof d);
+}
+
+static ExportDesc ipc_decode(const std::string& h) {
+  size_t tag = sizeof kIpcTag - 1;
+  ExportDesc d{};
+  TORCH_CHECK(h.size() == tag + sizeof d && h.compare(0, tag, kIpcTag) == 0,
+              "xseg native: a CUDA IPC handle of ", U(h.size()), " bytes that xseg did not make "
+              "(both processes must use xseg's native allocator)");
+  std::memcpy(&d, h.data() + tag, sizeof d);
+  TORCH_CHECK(d.magic == kExportMagic && d.npieces >= 1 && d.npieces <= 8,
+              "xseg native: a damaged CUDA IPC handle");
+  return d;
+}
+
+// The description with the exporter's descriptors replaced by this
+// process's copies (closed by the caller with close_fds).
+static ExportDesc fetch_fds(const ExportDesc& in) {
+  ExportDesc d = in;
+  int pidfd = (int)syscall(SYS_pidfd_open, d.pid, 0);
+  TORCH_CHECK(pidfd >= 0, "xseg native: opening CUDA IPC memory of process ", N(d.pid),
+              ": pidfd_open failed (", std::strerror(errno), "): is it still running?");
+  d.token_fd = fetch_fd(pidfd, in.token_fd);
+  int err = d.token_fd < 0 && in.token_fd >= 0 ? errno : 0;
+  for (uint32_t i = 0; i < d.npieces; i++) {
+    d.pieces[i].fd = fetch_fd(pidfd, in.pieces[i].fd);
+    if (d.pieces[i].fd < 0 && !err)
+      err = errno;
+  }
+  close(pidfd);
+  if (err) {
+    for (uint32_t i = 0; i < d.npieces; i++)
+      if (d.pieces[i].fd >= 0)
+        close(d.pieces[i].fd);
+    if (d.token_fd >= 0)
+      close(d.token_fd);
+    TORCH_CHECK(false, "xseg native: taking the descriptors of CUDA IPC memory from process ",
+                N(in.pid), " failed (pidfd_getfd: ", std::strerror(err), "); the kernel allows it "
+                "to a process that may ptrace the exporter (same user, and Yama's "
+                "ptrace_scope 0, or CAP_SYS_PTRACE)");
+  }
+  return d;
+}
+
+static void close_fds(ExportDesc& d) {
+  for (uint32_t i = 0; i < d.npieces; i++)
+    if (d.pieces[i].fd >= 0)
+      close(d.pieces[i].fd), d.pieces[i].fd = -1;
+  if (d.token_fd >= 0)
+    close(d.token_fd), d.token_fd = -1;
 }
 
 // ---- the checkpoint state of a CUDA-graph pool ----
@@ -403,10 +525,14 @@ class XsegAllocator final : public cca::CUDAAllocator {
     bool slow = pool_ptrs_.load(std::memory_order_acquire) || tracing_.load(std::memory_order_relaxed);
     if (slow)
       before_free(ptr);
+    if (exported_any_.load(std::memory_order_acquire))
+      forget_export(ptr);
     api.free(ptr, 0, -1, nullptr);
-    std::string e = last_error(); // deleters run in destructors: warn, never throw
+    // Deleters run in destructors, perhaps without the GIL: no exception and
+    // no TORCH_WARN (its Python handler needs the GIL), a line on stderr.
+    std::string e = last_error();
     if (!e.empty())
-      TORCH_WARN("xseg native: free of ", ptr, ": ", e);
+      std::fprintf(stderr, "xseg native: free of %p: %s\n", ptr, e.c_str());
   }
 
   // -- init and state --
@@ -590,9 +716,9 @@ class XsegAllocator final : public cca::CUDAAllocator {
       auto& now = pools_[{device, st->id}];
       for (auto& kv : st->live)
         TORCH_CHECK(now.count(kv.first),
-                    "xseg native: cannot restore CUDA-graph pool (", st->id.first, ",",
-                    st->id.second, ") on device ", (int)device, ": the block at ", kv.first,
-                    " (", kv.second, " bytes) was live at the checkpoint and has been "
+                    "xseg native: cannot restore CUDA-graph pool (", U(st->id.first), ",",
+                    U(st->id.second), ") on device ", N(device), ": the block at ", P(kv.first),
+                    " (", U(kv.second), " bytes) was live at the checkpoint and has been "
                     "freed since; xseg cannot allocate a block at a given address yet");
       for (auto& kv : now)
         if (!st->live.count(kv.first))
@@ -606,14 +732,42 @@ class XsegAllocator final : public cca::CUDAAllocator {
     return delta;
   }
 
-  // -- IPC: needs the export/import of issue 15 --
+  // -- IPC (torch.multiprocessing): dedicated blocks, over export / import --
   cca::ShareableHandle shareIpcHandle(void* ptr) override {
-    TORCH_CHECK(false, "xseg native: CUDA IPC of ", ptr, " (torch.multiprocessing) needs "
-                "xseg's export/import of memory (issue 15), which this build does not use");
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = exported_.find(ptr);
+    if (it == exported_.end()) {
+      ExportDesc d{};
+      void* xs = default_xs(c10::cuda::current_device());
+      TORCH_CHECK(api.export_block(xs, ptr, &d) == 0, "xseg native: CUDA IPC of ", P(ptr),
+                  " (torch.multiprocessing): ", last_error(), ". Only xseg's dedicated blocks "
+                  "can be shared with another process: set registrable_min (for example "
+                  "registrable_min:64MB) in XSEG_CONF so that tensors that large get one");
+      it = exported_.emplace(ptr, d).first;
+      exported_any_.store(true, std::memory_order_release);
+    }
+    return cca::ShareableHandle{0, ipc_encode(it->second)};
   }
-  std::shared_ptr<void> getIpcDevPtr(std::string /*handle*/) override {
-    TORCH_CHECK(false, "xseg native: opening a CUDA IPC handle needs xseg's export/import of "
-                "memory (issue 15), which this build does not use");
+  std::shared_ptr<void> getIpcDevPtr(std::string handle) override {
+    std::lock_guard<std::mutex> g(mu_);
+    auto open = imported_.find(handle);
+    if (open != imported_.end())
+      if (auto p = open->second.lock())
+        return p; // xseg_import refuses a second import of one block
+    ExportDesc d = fetch_fds(ipc_decode(handle));
+    void* xs = default_xs(c10::cuda::current_device());
+    void* out = nullptr;
+    int st = api.import_block(xs, &d, &out);
+    std::string why = st == 0 ? "" : last_error();
+    close_fds(d); // the import holds the memory; the descriptors stay ours
+    TORCH_CHECK(st == 0, "xseg native: opening CUDA IPC memory of process ", N(d.pid), ": ", why);
+    std::shared_ptr<void> p(out, [xs](void* q) {
+      if (api.unimport(xs, q) != 0) // a deleter: as in free()
+        std::fprintf(stderr, "xseg native: closing CUDA IPC memory at %p: %s\n", q,
+                     last_error().c_str());
+    });
+    imported_[handle] = p;
+    return p;
   }
 
   // -- history and snapshots --
@@ -686,12 +840,24 @@ class XsegAllocator final : public cca::CUDAAllocator {
   }
 
  private:
+  // The block at ptr is freed: its export's descriptors are closed
+  // (importers keep the memory; docs/sharing.md).
+  void forget_export(void* ptr) {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = exported_.find(ptr);
+    if (it == exported_.end())
+      return;
+    api.export_close(&it->second);
+    exported_.erase(it);
+    exported_any_.store(!exported_.empty(), std::memory_order_release);
+  }
+
   [[noreturn]] void out_of_memory(size_t n, DeviceIndex dev, cudaStream_t stream) {
     std::string msg = last_error();
     if (msg.empty())
       msg = "xseg_torch_alloc returned NULL without a message";
     bool oom = msg.find("out of memory") != std::string::npos;
-    TORCH_CHECK(oom, "xseg native: allocation of ", n, " bytes on device ", (int)dev,
+    TORCH_CHECK(oom, "xseg native: allocation of ", U(n), " bytes on device ", N(dev),
                 " failed: ", msg);
     std::vector<cca::OutOfMemoryObserver> obs;
     bool traced = false;
@@ -825,6 +991,11 @@ class XsegAllocator final : public cca::CUDAAllocator {
   std::map<std::pair<int, MempoolId_t>, std::map<void*, size_t>> pools_;
   std::unordered_map<void*, std::pair<int, MempoolId_t>> pool_of_;
   std::vector<cca::OutOfMemoryObserver> observers_;
+  // CUDA IPC: blocks exported (their descriptions' descriptors open until
+  // the block is freed), and blocks imported, by handle
+  std::unordered_map<void*, ExportDesc> exported_;
+  std::atomic<bool> exported_any_{false};
+  std::unordered_map<std::string, std::weak_ptr<void>> imported_;
   std::vector<cca::AllocatorTraceTracker> trackers_;
   bool record_ = false;
   cca::CreateContextFn recorder_ = nullptr;
