@@ -192,12 +192,12 @@ def setup_mode(mode, xseg_conf, trace=False):
     settings and CUDA init; returns (torch, stats function, info)."""
     import torch
     info = {"torch": torch.__version__}
-    if mode == "xseg":
+    if mode in ("xseg", "xseg-native"):
         import xseg
         if trace:
             base = xseg_conf if xseg_conf is not None else os.environ.get("XSEG_CONF", "")
             xseg_conf = (base + "," if base else "") + f"history:{HISTORY}"
-        xseg.install(xseg_conf)
+        xseg.install(xseg_conf, native=mode == "xseg-native")
         info.update(xseg_library=portable(xseg.library_path()), xseg_hooks=list(xseg.hooks()),
                     xseg_conf=os.environ.get("XSEG_CONF", ""))
         stats = xseg.memory_stats
@@ -734,7 +734,7 @@ def child_workload(args, torch, stats, workload, trace):
         result["recorded"] = write_trace(
             os.path.join(args.trace_dir, f"{workload}_live.csv.gz"),
             json.loads(xseg.history_json(0)))
-    if args.mode != "xseg":
+    if args.mode not in ("xseg", "xseg-native"):
         result["expandable_segments_seen"] = any(
             seg.get("is_expandable", False) for seg in torch.cuda.memory_snapshot())
     return result
@@ -749,7 +749,7 @@ def child(args):
     of results is rewritten after each, so a crash or a timeout keeps the
     ones done."""
     workloads = args.workload.split(",")
-    trace = bool(args.trace_dir) and args.mode == "xseg"
+    trace = bool(args.trace_dir) and args.mode in ("xseg", "xseg-native")
     done, rc = [], 0
 
     def save():  # whole or not at all: a crash mid-write leaves the last list
