@@ -308,6 +308,8 @@ size_t xseg_reclaim(xseg_t *xs, size_t want, int block)
 {
     size_t got = 0;
 
+    if (!xlist_empty(&xs->moved))
+        xblk_moved_process(xs, block); /* with a worker: its unmap jobs */
     /* A moved handle whose old mapping the worker has queued (or is
      * unmapping) must not be released here meanwhile: two threads in the
      * driver on one handle corrupted the CUDA driver's own heap on the
@@ -317,9 +319,6 @@ size_t xseg_reclaim(xseg_t *xs, size_t want, int block)
      * does (find_after_drain). */
     if (xs->wk_unmapping)
         xworker_finish_unmaps_locked(xs);
-
-    if (!xlist_empty(&xs->moved))
-        xblk_moved_process(xs, block);
     xlist skipped = {NULL, NULL};
     if (xs->arena.norphans)
         xarena_release_orphans(xs);

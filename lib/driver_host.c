@@ -70,7 +70,6 @@ typedef struct hslot {
     uint32_t next; /* next FREE slot of the same size (own fd: of any size) */
     uint8_t state;
     uint8_t imported; /* import_fd: not charged to the capacity */
-    uint32_t busy;    /* unmaps and releases of it under way (until their modelled end) */
     int fd;        /* a memfd of its own (shareable, imported), or -1: a range of ctx->memfd */
 } hslot;
 
@@ -111,6 +110,7 @@ typedef struct host_ctx {
     xseg_ptrmap free_by_size; /* size >> 21 -> first FREE slot of that size */
     xseg_ptrmap pages;        /* va >> 21 -> slot << 2 | PV_START | PV_ACCESS */
     xseg_ptrmap acc;          /* va >> 21 -> devices with access (bit d), after set_access */
+    xseg_ptrmap busy;         /* handle id -> its unmaps and releases under way (busy_call) */
     uint64_t peers;           /* set_peers: devices set_access gives access to, besides 0 */
     uint32_t own_free;        /* first FREE slot that had a memfd of its own (NO_SLOT: none) */
     uint64_t copies;          /* copies done (sleep and wake) */
@@ -862,6 +862,7 @@ static void h_fini(void *ctx)
     xseg_ptrmap_fini(&c->free_by_size);
     xseg_ptrmap_fini(&c->pages);
     xseg_ptrmap_fini(&c->acc);
+    xseg_ptrmap_fini(&c->busy);
     xseg_ptrmap_fini(&c->stream_idx);
     free(c->slots);
     free(c->res);
@@ -1011,17 +1012,21 @@ static int h_create(void *ctx, size_t size, uint64_t *h)
 #define BUSY_MAX 64
 
 typedef struct busyset {
-    uint32_t idx[BUSY_MAX];
+    uint64_t id[BUSY_MAX]; /* handle ids (a slot and its generation: a slot
+                              reused by a new handle is another id) */
     uint32_t n;
 } busyset;
 
-static void busy_take(host_ctx *c, busyset *b, uint32_t idx)
+static void busy_take(host_ctx *c, busyset *b, uint64_t id)
 {
-    if (idx == NO_SLOT || b->n == BUSY_MAX)
+    uintptr_t n = 0;
+    if (!id || b->n == BUSY_MAX)
         return;
-    if (c->slots[idx].busy++)
+    xseg_ptrmap_get(&c->busy, id, &n);
+    if (n)
         cnt_add(c, C_OVERLAPS, 1);
-    b->idx[b->n++] = idx;
+    if (xseg_ptrmap_put(&c->busy, id, n + 1) == 0)
+        b->id[b->n++] = id;
 }
 
 /* The handles mapped in [va, va + size). */
@@ -1032,14 +1037,20 @@ static void busy_range(host_ctx *c, busyset *b, uintptr_t va, size_t size)
         return;
     for (uintptr_t p = va; p < va + size; p += HOST_GRAN)
         if (xseg_ptrmap_get(&c->pages, p >> HOST_SHIFT, &v) && (v & PV_START))
-            busy_take(c, b, (uint32_t)(v >> 2));
+            busy_take(c, b, slot_id(c, (uint32_t)(v >> 2)));
 }
 
 static void busy_give(host_ctx *c, const busyset *b)
 {
     pthread_mutex_lock(&c->lock);
-    for (uint32_t i = 0; i < b->n; i++)
-        c->slots[b->idx[i]].busy--;
+    for (uint32_t i = 0; i < b->n; i++) {
+        uintptr_t n = 0;
+        xseg_ptrmap_get(&c->busy, b->id[i], &n);
+        if (n > 1)
+            xseg_ptrmap_put(&c->busy, b->id[i], n - 1); /* the key exists: cannot fail */
+        else
+            xseg_ptrmap_del(&c->busy, b->id[i], NULL);
+    }
     pthread_mutex_unlock(&c->lock);
 }
 
@@ -1054,7 +1065,7 @@ static int busy_call(host_ctx *c, int release, uint64_t h, uintptr_t va, size_t 
                           : model_ns(k, maps_in_locked(c, va, size), size);
     uint64_t t0 = mono_ns();
     if (release)
-        busy_take(c, &b, slot_of(c, h));
+        busy_take(c, &b, slot_of(c, h) == NO_SLOT ? 0 : h);
     else
         busy_range(c, &b, va, size);
     int r = release ? release_locked(c, h) : unmap_locked(c, va, size);

@@ -536,11 +536,16 @@ static void *hammer(void *v)
 static const char *const k_hammer_confs[] = {
     "reclaim:worker,release_threshold:0,reclaim_inflight:16MB",
     "reclaim:worker,thread_cache:off",
+    /* the driver's call times: each unmap and release keeps its handles busy
+     * long enough that a call on one of them from another thread is seen */
+    "reclaim:worker,release_threshold:0,host_driver_latency:h200",
 };
 
 START_TEST(threads_with_a_worker_keep_every_invariant)
 {
     xseg_t *xs = t_host(k_hammer_confs[_i]);
+    xseg_host_counts c0, c1;
+    xseg_host_counts_of(t_host_ctx(xs), &c0);
     pthread_t th[4];
     hammer_arg a[4];
     for (int i = 0; i < 4; i++) {
@@ -556,6 +561,9 @@ START_TEST(threads_with_a_worker_keep_every_invariant)
     ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
     ck_assert_uint_eq(live_handles(xs), 0);
     ck_assert_uint_gt(xs->wk_jobs, 0);
+    xseg_host_counts_of(t_host_ctx(xs), &c1);
+    ck_assert_msg(c1.overlaps == c0.overlaps, "%zu driver calls on a handle that another "
+                  "thread was unmapping or releasing", c1.overlaps - c0.overlaps);
     T_CHECK(xs);
     xseg_destroy(xs);
 }
