@@ -485,8 +485,8 @@ void xshare_fini(xseg_t *xs, int call_driver);
 /* The dedicated and imported counters' peaks (xseg_reset_peak). */
 void xshare_reset_peak(xseg_t *xs);
 xseg_status xshare_alloc(xseg_t *xs, size_t size, void *stream, void **out);
-/* 1 if ptr starts a live dedicated block of xs's family (0 in a forked
- * child for a parent's allocator: its lock is not taken). */
+/* 1 if ptr starts a live dedicated block of xs's family (takes its lock:
+ * not for a parent's allocator in a forked child). */
 int xshare_holds(xseg_t *xs, const void *ptr);
 /* 1 when ptr is a dedicated block of xs's family: then *st is the outcome
  * of freeing it / recording the stream / its sizes; 0: not one (nothing done). */

@@ -126,11 +126,14 @@ xseg_t *xproc_default_peek(int device)
 }
 
 /* ptr is in xs's arena (its tags' too) or starts one of its dedicated
- * blocks (share.c: registrable_min, outside the arena). */
+ * blocks (share.c: registrable_min, outside the arena; not asked of a
+ * parent's allocator in a forked child, whose lock a parent's thread may
+ * hold forever). */
 static int owns(const xseg_t *xs, const void *ptr)
 {
     uintptr_t a = (uintptr_t)ptr;
-    return xs && (xseg_range_owner((xseg_t *)xs, a) != NULL || xshare_holds((xseg_t *)xs, ptr));
+    return xs && (xseg_range_owner((xseg_t *)xs, a) != NULL ||
+                  (!xseg_forked(xs) && xshare_holds((xseg_t *)xs, ptr)));
 }
 
 xseg_t *xproc_default_owning(int device, const void *ptr)

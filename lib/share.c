@@ -489,8 +489,8 @@ static xseg_status ded_unmap(xseg_t *xs, struct xshare *sh, xded *d)
 int xshare_holds(xseg_t *xs, const void *ptr)
 {
     xseg_t *fam = xfam(xs);
-    if (!fam->share || xseg_forked(fam))
-        return 0; /* a parent's allocator in a forked child: its lock may be held forever */
+    if (!fam->share)
+        return 0;
     xlock_lock(&fam->lock);
     int held = ded_at(fam->share, ptr) != NULL;
     xlock_unlock(&fam->lock);
