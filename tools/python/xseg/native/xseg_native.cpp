@@ -110,6 +110,26 @@ struct Api {
 static Api api;
 constexpr int kMapOp = 4, kUnmapOp = 5; // XSEG_OP_MAP, XSEG_OP_UNMAP (stable values)
 
+// Numbers and pointers in messages are formatted here, never streamed:
+// c10::str's operator<< for a pointer called a null function inside this
+// module on the H200 (std::ostream::_M_insert<const void*>, instantiated
+// here with hidden visibility), crashing the error path of shareIpcHandle.
+static std::string N(long long v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%lld", v);
+  return b;
+}
+static std::string U(unsigned long long v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%llu", v);
+  return b;
+}
+static std::string P(const void* p) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%p", p);
+  return b;
+}
+
 template <typename F>
 static void sym(void* lib, const char* name, F& slot, std::string& missing) {
   void* p = dlsym(lib, name);
@@ -159,26 +179,6 @@ static void load_api(const std::string& path) {
 static std::string last_error() {
   const char* e = api.last_error ? api.last_error() : nullptr;
   return e ? e : "";
-}
-
-// Numbers and pointers in messages are formatted here, never streamed:
-// c10::str's operator<< for a pointer called a null function inside this
-// module on the H200 (std::ostream::_M_insert<const void*>, instantiated
-// here with hidden visibility), crashing the error path of shareIpcHandle.
-static std::string N(long long v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%lld", v);
-  return b;
-}
-static std::string U(unsigned long long v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%llu", v);
-  return b;
-}
-static std::string P(const void* p) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%p", p);
-  return b;
 }
 
 static void* default_xs(int device) {
@@ -434,6 +434,14 @@ static ExportDesc ipc_decode(const std::string& h) {
   return d;
 }
 
+static void close_fds(ExportDesc& d) {
+  for (uint32_t i = 0; i < d.npieces; i++)
+    if (d.pieces[i].fd >= 0)
+      close(d.pieces[i].fd), d.pieces[i].fd = -1;
+  if (d.token_fd >= 0)
+    close(d.token_fd), d.token_fd = -1;
+}
+
 // The description with the exporter's descriptors replaced by this
 // process's copies (closed by the caller with close_fds).
 static ExportDesc fetch_fds(const ExportDesc& in) {
@@ -450,25 +458,13 @@ static ExportDesc fetch_fds(const ExportDesc& in) {
   }
   close(pidfd);
   if (err) {
-    for (uint32_t i = 0; i < d.npieces; i++)
-      if (d.pieces[i].fd >= 0)
-        close(d.pieces[i].fd);
-    if (d.token_fd >= 0)
-      close(d.token_fd);
+    close_fds(d); // those taken (a failed one is -1)
     TORCH_CHECK(false, "xseg native: taking the descriptors of CUDA IPC memory from process ",
                 N(in.pid), " failed (pidfd_getfd: ", std::strerror(err), "); the kernel allows it "
                 "to a process that may ptrace the exporter (same user, and Yama's "
                 "ptrace_scope 0, or CAP_SYS_PTRACE)");
   }
   return d;
-}
-
-static void close_fds(ExportDesc& d) {
-  for (uint32_t i = 0; i < d.npieces; i++)
-    if (d.pieces[i].fd >= 0)
-      close(d.pieces[i].fd), d.pieces[i].fd = -1;
-  if (d.token_fd >= 0)
-    close(d.token_fd), d.token_fd = -1;
 }
 
 // ---- the checkpoint state of a CUDA-graph pool ----
