@@ -1186,10 +1186,11 @@ void xblk_free(xseg_t *xs, xblock *b)
     b->epoch = b->owner ? b->owner->epoch : 0;
     b->stamp = ++xs->stamp;
     int refused, now = xs->conf.release_threshold == XSEG_RELEASE_NOW; /* release_threshold:0 */
-    if ((!xs->conf.caching || now) && xs->wk_unmapping)
+    int release = !xs->conf.caching || now; /* released at once, not cached */
+    if (release && xs->wk_unmapping)
         xworker_finish_unmaps_locked(xs); /* as xseg_reclaim: b may hold a moved handle */
     b = coalesce(xs, b, 1);
-    if ((!xs->conf.caching || now) &&
+    if (release &&
         (!b->owner || xstream_done(xs, b->owner, b->epoch, !xs->conf.caching || xs->conf.release_wait)))
     {
         xs->rel_async = 1;

@@ -159,8 +159,6 @@ void xarena_release_orphans(xseg_t *xs)
     ar->norphans = kept;
 }
 
-/* Pages per handle of a premapped run: the largest power of two that
- * fits what is left, up to max_handle. */
 /* The largest power of two of pages that fits `remaining`, at most
  * `most_bytes` (0: no bound). */
 static size_t pages_upto(const xseg_t *xs, size_t most_bytes, size_t remaining)
@@ -170,6 +168,7 @@ static size_t pages_upto(const xseg_t *xs, size_t most_bytes, size_t remaining)
     return most && r > most ? pow2_floor(most) : r;
 }
 
+/* Pages per handle of a premapped run: up to max_handle. */
 static size_t premap_pages(const xseg_t *xs, size_t remaining)
 {
     return pages_upto(xs, xs->max_handle, remaining);

@@ -63,6 +63,15 @@ static size_t live_handles(xseg_t *xs)
     return c.handles;
 }
 
+/* Calls of xs's host context on a handle another thread was unmapping or
+ * releasing (xseg_host_counts.overlaps), so far. */
+static size_t overlaps(xseg_t *xs)
+{
+    xseg_host_counts c;
+    xseg_host_counts_of(t_host_ctx(xs), &c);
+    return c.overlaps;
+}
+
 START_TEST(releases_leave_the_callers_thread)
 {
     xseg_t *xs = t_host("reclaim:worker,release_threshold:0,thread_cache:off");
@@ -410,21 +419,19 @@ START_TEST(a_failed_growth_releases_nothing_under_the_workers_unmap)
 {
     xseg_t *xs = t_host("reclaim:worker,thread_cache:off,max_mapped:48MB");
     void *h = t_host_ctx(xs), *a, *x, *b = NULL;
-    xseg_host_counts c0, c1;
     ck_assert_int_eq(xseg_alloc(xs, 32 * MiB, NULL, &a), XSEG_OK);
     ck_assert_int_eq(xseg_alloc(xs, MiB, NULL, &x), XSEG_OK); /* keeps a's place apart */
     ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
-    xseg_host_counts_of(h, &c0);
+    size_t o0 = overlaps(xs);
     const xseg_host_latency slow = {.unmap = {20000000, 0}};
     xseg_host_set_latency(h, &slow);
     ck_assert_int_eq(xseg_alloc(xs, 60 * MiB, NULL, &b), XSEG_ERR_OOM); /* over the cap */
     xseg_host_set_latency(h, NULL);
     ck_assert_uint_eq(t_stats(xs).moved_bytes, 32 * MiB); /* the growth moved a's handles */
     ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
-    xseg_host_counts_of(h, &c1);
-    ck_assert_msg(c1.overlaps == c0.overlaps,
+    ck_assert_msg(overlaps(xs) == o0,
                   "%zu driver calls on a handle another thread was unmapping or releasing",
-                  c1.overlaps - c0.overlaps);
+                  overlaps(xs) - o0);
     T_CHECK(xs);
     ck_assert_int_eq(xseg_free(xs, x), XSEG_OK);
     ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
@@ -544,8 +551,7 @@ static const char *const k_hammer_confs[] = {
 START_TEST(threads_with_a_worker_keep_every_invariant)
 {
     xseg_t *xs = t_host(k_hammer_confs[_i]);
-    xseg_host_counts c0, c1;
-    xseg_host_counts_of(t_host_ctx(xs), &c0);
+    size_t o0 = overlaps(xs);
     pthread_t th[4];
     hammer_arg a[4];
     for (int i = 0; i < 4; i++) {
@@ -561,9 +567,8 @@ START_TEST(threads_with_a_worker_keep_every_invariant)
     ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
     ck_assert_uint_eq(live_handles(xs), 0);
     ck_assert_uint_gt(xs->wk_jobs, 0);
-    xseg_host_counts_of(t_host_ctx(xs), &c1);
-    ck_assert_msg(c1.overlaps == c0.overlaps, "%zu driver calls on a handle that another "
-                  "thread was unmapping or releasing", c1.overlaps - c0.overlaps);
+    ck_assert_msg(overlaps(xs) == o0, "%zu driver calls on a handle that another "
+                  "thread was unmapping or releasing", overlaps(xs) - o0);
     T_CHECK(xs);
     xseg_destroy(xs);
 }

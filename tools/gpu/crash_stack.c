@@ -9,7 +9,8 @@
  * `addr2line -f -e OBJECT 0xOFFSET` against the same build.
  *   gcc -shared -fPIC -O1 -o /tmp/crash_stack.so tools/gpu/crash_stack.c -ldl
  *   LD_PRELOAD=/tmp/crash_stack.so python3 ...   (disable Python's
- *   faulthandler, which takes the same signals) */
+ *   faulthandler, which takes the same signals: native_proof.py has
+ *   XSEG_PROOF_NO_FAULTHANDLER=1) */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <execinfo.h>

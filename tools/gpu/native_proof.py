@@ -24,6 +24,8 @@ OUT/summary.md.  Cases:
             registrable_min) sent to a spawned process through a Queue; the
             child reads it and writes into it, the parent sees the writes; a
             small (arena) tensor is refused with a clear error
+XSEG_PROOF_NO_FAULTHANDLER=1 leaves SIGSEGV / SIGABRT to a preloaded
+tools/gpu/crash_stack.c (Python's faulthandler takes them otherwise).
 Usage (repository root, libxseg built):
   XSEG_LIBRARY=$PWD/build/lib/libxseg.so.0 PYTHONPATH=$PWD/tools/python \\
       python3 tools/gpu/native_proof.py --out /tmp/native-proof [--cases serve,compile]
@@ -327,7 +329,7 @@ def case_ipc(out):
 
 
 def child(name, out, cap):
-    if not os.environ.get("NOFH"):
+    if not os.environ.get("XSEG_PROOF_NO_FAULTHANDLER"):
         faulthandler.enable()  # a native abort still names the Python line (stderr)
     t0 = time.time()
     try:

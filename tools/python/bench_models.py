@@ -79,7 +79,7 @@ import traceback
 
 import bench_report as report
 from bench_report import (FAMILIES, MODES, WORKLOADS, aggregate, compare,  # noqa: F401
-                          fmt_gib, markdown, rows, schedule, table)
+                          fmt_gib, is_xseg, markdown, rows, schedule, table)
 
 GiB = float(1 << 30)
 
@@ -192,7 +192,7 @@ def setup_mode(mode, xseg_conf, trace=False):
     settings and CUDA init; returns (torch, stats function, info)."""
     import torch
     info = {"torch": torch.__version__}
-    if mode in ("xseg", "xseg-native"):
+    if is_xseg(mode):
         import xseg
         if trace:
             base = xseg_conf if xseg_conf is not None else os.environ.get("XSEG_CONF", "")
@@ -734,7 +734,7 @@ def child_workload(args, torch, stats, workload, trace):
         result["recorded"] = write_trace(
             os.path.join(args.trace_dir, f"{workload}_live.csv.gz"),
             json.loads(xseg.history_json(0)))
-    if args.mode not in ("xseg", "xseg-native"):
+    if not is_xseg(args.mode):
         result["expandable_segments_seen"] = any(
             seg.get("is_expandable", False) for seg in torch.cuda.memory_snapshot())
     return result
@@ -749,7 +749,7 @@ def child(args):
     of results is rewritten after each, so a crash or a timeout keeps the
     ones done."""
     workloads = args.workload.split(",")
-    trace = bool(args.trace_dir) and args.mode in ("xseg", "xseg-native")
+    trace = bool(args.trace_dir) and is_xseg(args.mode)
     done, rc = [], 0
 
     def save():  # whole or not at all: a crash mid-write leaves the last list
