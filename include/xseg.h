@@ -174,6 +174,14 @@ XSEG_API xseg_status xseg_block_size(xseg_t *xs, const void *ptr, size_t *rounde
  * bytes mapped; waits (on events) for the GPU where needed.  *released (may
  * be NULL) receives the number of physical bytes released. */
 XSEG_API xseg_status xseg_trim(xseg_t *xs, size_t keep, size_t *released);
+/* xseg_trim without the wait for the memory to be back: the whole handles
+ * of cached memory beyond `keep` go to the reclaim worker (reclaim:worker),
+ * whatever reclaim_inflight says, and the call returns; the worker unmaps
+ * and releases them while the caller goes on.  The memory stays counted in
+ * mapped_bytes until it is released (xseg_trim waits for that).  *queued
+ * (may be NULL) receives the bytes handed over or released here.  Without
+ * a worker (reclaim:sync) it is xseg_trim.  docs/config.md, reclaim. */
+XSEG_API xseg_status xseg_trim_start(xseg_t *xs, size_t keep, size_t *queued);
 
 XSEG_API xseg_status xseg_get_stats(xseg_t *xs, xseg_stats *out);
 XSEG_API xseg_status xseg_reset_peak(xseg_t *xs);

@@ -272,7 +272,7 @@ static size_t release_async(xseg_t *xs, xblock *b, size_t want)
  * takes the job (async set by the caller), else here. */
 static size_t release_inside(xseg_t *xs, xblock *b, size_t want, int *err)
 {
-    if (xs->rel_async && xworker_takes(xs)) {
+    if (xs->rel_async && (xs->rel_async == XREL_ASYNC_ALL ? xs->wk != NULL : xworker_takes(xs))) {
         size_t got = release_async(xs, b, want);
         if (got)
             return got;
@@ -288,19 +288,26 @@ static size_t reclaim_block(xseg_t *xs, xblock *b, size_t want, int *refused)
     int err = 0;
     size_t got = release_inside(xs, b, want, &err);
     *refused = err;
-    if (err || got >= want || (b->flags & XB_RELEASING))
-        return got; /* refused, enough (the rest stays cached), or all sent to the worker */
+    if (err || (b->flags & XB_RELEASING))
+        return got; /* refused, or all sent to the worker */
+    if (got >= want && !xarena_all_unmapped(xs, b->addr, b->addr + b->size))
+        return got; /* enough: the rest stays cached */
+    /* Nothing of it mapped any more (or not enough given): it leaves the
+     * LRU and becomes neutral space, which any stream may take, which
+     * coalesces with its neighbours and which can be the growth frontier
+     * again (premap after a trim). */
     lru_remove(xs, b);
-    if (b->owner) {
-        b = make_neutral(xs, b, 0);
-        /* Pages shared with neutral neighbours are whole inside it now. */
+    if (!b->owner)
+        return got;
+    b = make_neutral(xs, b, 0);
+    if (got < want) { /* pages shared with neutral neighbours are whole inside it now */
         got += release_inside(xs, b, want - got, &err);
         *refused = err;
         if (b->flags & XB_RELEASING)
             return got;
-        if ((err || got >= want) && !(b->flags & XB_LRU))
-            lru_push(xs, b); /* may still hold mapped pages: stays reclaimable */
     }
+    if (!(b->flags & XB_LRU) && !xarena_all_unmapped(xs, b->addr, b->addr + b->size))
+        lru_push(xs, b); /* still holds mapped pages: stays reclaimable */
     return got;
 }
 
@@ -341,9 +348,9 @@ size_t xseg_reclaim(xseg_t *xs, size_t want, int block)
     return got;
 }
 
-size_t xseg_reclaim_async(xseg_t *xs, size_t want, int block)
+size_t xseg_reclaim_async(xseg_t *xs, size_t want, int block, int unbounded)
 {
-    xs->rel_async = 1;
+    xs->rel_async = unbounded ? XREL_ASYNC_ALL : 1;
     size_t got = xseg_reclaim(xs, want, block);
     xs->rel_async = 0;
     return got;

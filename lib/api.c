@@ -346,7 +346,8 @@ xseg_status xseg_block_size(xseg_t *xs, const void *ptr, size_t *rounded, size_t
 
 /* ---- trim and stats ---- */
 
-xseg_status xseg_trim(xseg_t *xs, size_t keep, size_t *released)
+/* xseg_trim (wait) and xseg_trim_start (no wait, the worker unbounded). */
+static xseg_status trim(xseg_t *xs, size_t keep, size_t *released, int wait)
 {
     CHECK_XS(xs);
     xlock_lock(&xs->lock);
@@ -362,18 +363,20 @@ xseg_status xseg_trim(xseg_t *xs, size_t keep, size_t *released)
         cached -= xs->releasing_bytes; /* already on their way back */
     else
         cached = 0;
+    size_t handed = 0;
     if (cached > keep)
-        xseg_reclaim_async(xs, cached - keep, 1);
-    xworker_drain_locked(xs); /* trim returns once the memory is back */
+        handed = xseg_reclaim_async(xs, cached - keep, 1, !wait);
+    if (wait)
+        xworker_drain_locked(xs); /* trim returns once the memory is back */
     if (released)
-        *released = (size_t)(xs->released - before);
+        *released = wait ? (size_t)(xs->released - before) : handed;
     xseg_status st = XSEG_OK;
     if (xs->wk_failed) {
         char b1[32];
         st = xseg_fail(xs, XSEG_ERR_DRIVER,
-                       "xseg_trim: the reclaim worker's driver calls failed (%s); the handles "
+                       "%s: the reclaim worker's driver calls failed (%s); the handles "
                        "concerned stay mapped (or are released again later); mapped %s",
-                       xdrv_error_name(xs, xs->wk_failed),
+                       wait ? "xseg_trim" : "xseg_trim_start", xdrv_error_name(xs, xs->wk_failed),
                        xseg_fmt_size(xs->mapped.cur, b1, sizeof b1));
         xs->wk_failed = 0;
     }
@@ -385,13 +388,23 @@ xseg_status xseg_trim(xseg_t *xs, size_t keep, size_t *released)
         size_t r = 0;
         if (!c)
             continue;
-        xseg_status ct = xseg_trim(c, keep, &r);
+        xseg_status ct = trim(c, keep, &r, wait);
         if (released)
             *released += r;
         if (st == XSEG_OK)
             st = ct;
     }
     return st;
+}
+
+xseg_status xseg_trim(xseg_t *xs, size_t keep, size_t *released)
+{
+    return trim(xs, keep, released, 1);
+}
+
+xseg_status xseg_trim_start(xseg_t *xs, size_t keep, size_t *queued)
+{
+    return trim(xs, keep, queued, 0);
 }
 
 /* An allocator's stats with its tags' added (tags.c). */

@@ -234,7 +234,8 @@ struct xseg {
     size_t wk_pending;    /* jobs queued or running */
     size_t wk_unmapping;  /* old mappings of moved handles the worker unmaps */
     int wk_failed;        /* a job failed for good since xseg_trim last said so */
-    int rel_async;        /* set while a reclaim may hand releases to the worker */
+    int rel_async;        /* set while a reclaim may hand releases to the worker
+                             (XREL_ASYNC_ALL: whatever reclaim_inflight says) */
     xblock *reserve;      /* hint: the free block at the growth frontier holding
                              pages mapped ahead (premap); checked before use */
     uint64_t premapped;   /* bytes mapped ahead of demand, total */
@@ -675,8 +676,10 @@ void xblk_neutralize(xseg_t *xs, xstream *s);
  * block, waits on events; otherwise only reclaims blocks already safe. */
 size_t xseg_reclaim(xseg_t *xs, size_t want, int block);
 /* The same, handing the releases to the reclaim worker when it runs
- * (releases the caller need not wait for). */
-size_t xseg_reclaim_async(xseg_t *xs, size_t want, int block);
+ * (releases the caller need not wait for): within reclaim_inflight, or all
+ * of them when `unbounded` (xseg_trim_start). */
+#define XREL_ASYNC_ALL 2 /* xs->rel_async: the worker takes every release */
+size_t xseg_reclaim_async(xseg_t *xs, size_t want, int block, int unbounded);
 /* The most that premap may map ahead now (0: off). */
 size_t xseg_premap_budget(const xseg_t *xs);
 

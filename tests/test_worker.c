@@ -1,6 +1,7 @@
 /* test_worker.c: the reclaim worker (reclaim:worker, lib/worker.c) on the
  * host backend: releases leave the caller's thread and are counted on the
- * worker's side; trim returns with the memory back; the thread is named and
+ * worker's side; trim returns with the memory back, trim_start at once,
+ * every release left to the worker; the thread is named and
  * joined; the old mappings of moved handles are unmapped by the worker;
  * destroy while jobs are queued loses nothing; every call the worker
  * makes may fail in turn; injected driver
@@ -108,6 +109,60 @@ START_TEST(releases_leave_the_callers_thread)
     t_fill(q, 8 * MiB, 9);
     ck_assert(t_check(q, 8 * MiB, 9));
     T_CHECK(xs);
+    xseg_destroy(xs);
+}
+END_TEST
+
+/* 16 free blocks of 8 MiB between live ones, given back by `trim`
+ * (xseg_trim or xseg_trim_start) under a 8 MiB reclaim_inflight: the
+ * caller's unmap and release time. */
+static uint64_t caller_release_ns(xseg_status (*trim)(xseg_t *, size_t, size_t *), size_t *got)
+{
+    xseg_t *xs = t_host("reclaim:worker,reclaim_inflight:8MB,thread_cache:off");
+    void *p[32];
+    for (int i = 0; i < 32; i++)
+        ck_assert_int_eq(xseg_alloc(xs, 8 * MiB, NULL, &p[i]), XSEG_OK);
+    for (int i = 0; i < 32; i += 2)
+        ck_assert_int_eq(xseg_free(xs, p[i]), XSEG_OK);
+    ck_assert_int_eq(trim(xs, 0, got), XSEG_OK);
+    uint64_t ns = side_ns(xs, XSEG_SIDE_CALLER, XSEG_OP_RELEASE) +
+                  side_ns(xs, XSEG_SIDE_CALLER, XSEG_OP_UNMAP);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK); /* waits for the worker */
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 128 * MiB); /* the live ones */
+    for (int i = 1; i < 32; i += 2)
+        ck_assert_int_eq(xseg_free(xs, p[i]), XSEG_OK);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    ck_assert_uint_eq(live_handles(xs), 0);
+    T_CHECK(xs);
+    xseg_destroy(xs);
+    return ns;
+}
+
+/* xseg_trim_start gives every release to the worker, past reclaim_inflight,
+ * and says how much it handed over; xseg_trim under the same bound releases
+ * most of it on the caller's thread. */
+START_TEST(trim_start_leaves_every_release_to_the_worker)
+{
+    size_t queued = 0, released = 0;
+    ck_assert_uint_eq(caller_release_ns(xseg_trim_start, &queued), 0);
+    ck_assert_uint_eq(queued, 128 * MiB);
+    ck_assert_uint_gt(caller_release_ns(xseg_trim, &released), 0);
+    ck_assert_uint_eq(released, 128 * MiB);
+}
+END_TEST
+
+/* Without a worker, xseg_trim_start is xseg_trim. */
+START_TEST(trim_start_without_a_worker_trims)
+{
+    xseg_t *xs = t_host("reclaim:sync,thread_cache:off");
+    void *p = NULL;
+    size_t queued = 0;
+    ck_assert_int_eq(xseg_alloc(xs, 8 * MiB, NULL, &p), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, p), XSEG_OK);
+    ck_assert_int_eq(xseg_trim_start(xs, 0, &queued), XSEG_OK);
+    ck_assert_uint_eq(queued, 8 * MiB);
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
+    ck_assert_int_eq(xseg_trim_start(NULL, 0, NULL), XSEG_ERR_INVALID_ARG);
     xseg_destroy(xs);
 }
 END_TEST
@@ -581,6 +636,8 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, releases_leave_the_callers_thread);
     tcase_add_test(tc, sync_mode_calls_on_the_caller);
+    tcase_add_test(tc, trim_start_leaves_every_release_to_the_worker);
+    tcase_add_test(tc, trim_start_without_a_worker_trims);
     tcase_add_test(tc, the_thread_is_named_and_joined);
     tcase_add_test(tc, destroy_while_busy_loses_nothing);
     tcase_add_test(tc, a_failed_unmap_is_tried_again);

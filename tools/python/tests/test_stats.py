@@ -93,6 +93,20 @@ class StatsTest(unittest.TestCase):
         self.assertEqual(s["allocated_bytes.all.peak"], s["allocated_bytes.all.current"])
         self.assertEqual(s["reserved_bytes.all.peak"], s["reserved_bytes.all.current"])
 
+    def test_trim_gives_cached_memory_back(self):
+        # The process-wide allocator runs reclaim:sync on the host backend:
+        # trim(wait=False) is trim there; both return the bytes given back.
+        ptrs = self.alloc([24 << 20, 40 << 20])
+        self.free(ptrs)
+        before = xseg.memory_stats(0)["reserved_bytes.all.current"]
+        self.assertGreaterEqual(before, 64 << 20)
+        got = xseg.trim(0, keep=0, wait=False)
+        self.assertEqual(got, before)
+        self.assertEqual(xseg.memory_stats(0)["reserved_bytes.all.current"], 0)
+        self.free(self.alloc([8 << 20]))
+        self.assertEqual(xseg.trim(0), 8 << 20)
+        self.assertEqual(xseg.trim(0), 0)
+
     def test_record_stream_counts_a_deferred_free(self):
         (p,) = self.alloc([1 << 20], stream=1)
         a = xseg.memory_stats(0)

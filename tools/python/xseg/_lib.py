@@ -33,6 +33,7 @@ _PROTOTYPES = {
     "xseg_get_stats": (c_int, [c_void_p, ctypes.POINTER(XsegStats)]),
     "xseg_reset_peak": (c_int, [c_void_p]),
     "xseg_trim": (c_int, [c_void_p, c_size_t, ctypes.POINTER(c_size_t)]),
+    "xseg_trim_start": (c_int, [c_void_p, c_size_t, ctypes.POINTER(c_size_t)]),
     "xseg_stats_json": (c_int, [c_void_p, c_void_p, c_size_t, ctypes.POINTER(c_size_t)]),
     "xseg_stats_prometheus": (c_int, [c_void_p, c_void_p, c_size_t, ctypes.POINTER(c_size_t)]),
     "xseg_snapshot_json": (c_int, [c_void_p, c_void_p, c_size_t, ctypes.POINTER(c_size_t)]),

@@ -164,6 +164,18 @@ def reset_peak_stats(device=None):
     _lib.check(_lib.load().xseg_reset_peak(allocator(device)), "xseg_reset_peak")
 
 
+def trim(device=None, keep=0, wait=True):
+    """Give the cached memory of one device's allocator back beyond `keep`
+    bytes and return the bytes: released (wait=True, xseg_trim), or handed
+    to the reclaim worker, which releases them while Python goes on
+    (wait=False, xseg_trim_start; with reclaim:sync the same as wait=True)."""
+    lib = _lib.load()
+    fn, name = (lib.xseg_trim, "xseg_trim") if wait else (lib.xseg_trim_start, "xseg_trim_start")
+    out = ctypes.c_size_t(0)
+    _lib.check(fn(allocator(device), int(keep), ctypes.byref(out)), name)
+    return out.value
+
+
 def empty_cache():
     """Return cached memory of every device xseg serves to the driver
     (torch.cuda.empty_cache() calls the same hook once installed)."""
