@@ -169,6 +169,15 @@ XSEG_API xseg_status xseg_stream_retire(xseg_t *xs, void *stream);
 /* Size of the block behind a live pointer (rounded) and as requested. */
 XSEG_API xseg_status xseg_block_size(xseg_t *xs, const void *ptr, size_t *rounded,
                                      size_t *requested);
+/* The live allocation that holds `ptr`, which may point at its start or at
+ * any byte inside (an interior pointer, its last byte): *base receives its
+ * start, *rounded and *requested its sizes as xseg_block_size gives them
+ * (each may be NULL).  A tag's allocation or a dedicated block of xs's
+ * family counts too.  XSEG_ERR_INVALID_POINTER, with a message, when no
+ * live allocation holds it (freed, free space, another allocator's).
+ * Starts are found in O(1), interior pointers in O(log blocks) (lib/query.c). */
+XSEG_API xseg_status xseg_block_range(xseg_t *xs, const void *ptr, void **base, size_t *rounded,
+                                      size_t *requested);
 
 /* Give cached free memory back to the device, keeping at most `keep` cached
  * bytes mapped; waits (on events) for the GPU where needed.  *released (may

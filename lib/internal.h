@@ -285,6 +285,9 @@ struct xseg {
     /* sharing (share.c): dedicated, exported and imported blocks, peers;
      * made at create (xshare_setup), in a family's parent only */
     struct xshare *share;
+    /* pointer queries (query.c): a sorted snapshot of the allocated blocks,
+     * taken on demand; one malloc'd object that teardown frees */
+    struct xqsnap *qsnap;
 };
 
 /* ---- tcache.c (see its header comment for the invariants) ---- */
@@ -495,6 +498,11 @@ int xshare_free(xseg_t *xs, void *ptr, xseg_status *st);
 int xshare_record_stream(xseg_t *xs, void *ptr, void *stream, xseg_status *st);
 int xshare_block_size(xseg_t *xs, const void *ptr, size_t *rounded, size_t *requested,
                       xseg_status *st);
+/* 1 when a live dedicated block of xs's family holds ptr (its start or any
+ * byte inside): *base, *rounded, *requested (each may be NULL) are set; 0:
+ * none (query.c's xseg_block_range). */
+int xshare_block_range(xseg_t *xs, const void *ptr, uintptr_t *base, size_t *rounded,
+                       size_t *requested);
 xseg_status xshare_export(xseg_t *xs, const void *ptr, xseg_export_desc *desc);
 xseg_status xshare_import(xseg_t *xs, const xseg_export_desc *desc, void **out);
 xseg_status xshare_unimport(xseg_t *xs, void *ptr);

@@ -149,6 +149,7 @@ static uint64_t teardown(xseg_t *xs, int call_driver, const char **last)
         *last = failed ? xdrv_error_name(xs, xs->last_drv_rc) : "";
     if (xs->dctx && (call_driver || xs->drv_shared))
         xdrv_fini(xs);
+    free(xs->qsnap); /* query.c's snapshot: one object */
     free(xs->conf_text);
     free(xs);
     return failed;

@@ -561,6 +561,42 @@ int xshare_block_size(xseg_t *xs, const void *ptr, size_t *rounded, size_t *requ
     return d != NULL;
 }
 
+/* The dedicated block holding an interior pointer: a walk of the few
+ * dedicated blocks (each is at least a granule, and a program makes few). */
+typedef struct ded_find {
+    uintptr_t p;
+    const xded *d;
+} ded_find;
+
+static void ded_holds(uintptr_t key, uintptr_t val, void *arg)
+{
+    ded_find *f = arg;
+    const xded *d = (const xded *)val;
+    if (f->p - key < d->size)
+        f->d = d;
+}
+
+int xshare_block_range(xseg_t *xs, const void *ptr, uintptr_t *base, size_t *rounded,
+                       size_t *requested)
+{
+    xseg_t *fam = xfam(xs);
+    xlock_lock(&fam->lock);
+    struct xshare *sh = fam->share;
+    ded_find f = {(uintptr_t)ptr, sh ? ded_at(sh, ptr) : NULL};
+    if (sh && !f.d)
+        xseg_ptrmap_each(&sh->ded, ded_holds, &f);
+    if (f.d) {
+        if (base)
+            *base = f.d->va;
+        if (rounded)
+            *rounded = f.d->size;
+        if (requested)
+            *requested = f.d->requested;
+    }
+    xlock_unlock(&fam->lock);
+    return f.d != NULL;
+}
+
 /* ---- export ---- */
 
 /* Why ptr cannot be exported (it is no dedicated block of xs). */

@@ -1,6 +1,8 @@
 /* test_alloc.c: the block allocator on the host backend: data integrity,
  * growth and shrink (seen in the backend's mapping state and by touching
- * memory), split and coalesce, small size classes, rounding, stats. */
+ * memory), split and coalesce, small size classes, rounding, stats, and
+ * the pointer query xseg_block_range (interior pointers, freed and foreign
+ * ones, dedicated and tagged blocks, a churn checked against a list). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -342,6 +344,203 @@ START_TEST(destroy_releases_everything)
 }
 END_TEST
 
+/* ---- xseg_block_range: the live allocation holding a pointer ---- */
+
+/* xseg_block_range(xs, q) must give (base, rounded, requested). */
+static void range_is(xseg_t *xs, const void *q, const void *base, size_t rounded, size_t requested)
+{
+    void *b = NULL;
+    size_t r = 0, n = 0;
+    ck_assert_msg(xseg_block_range(xs, q, &b, &r, &n) == XSEG_OK, "%p: %s", q, xseg_last_error());
+    ck_assert_msg(b == base && r == rounded && n == requested,
+                  "%p: base %p rounded %zu requested %zu, expected %p %zu %zu", q, b, r, n, base,
+                  rounded, requested);
+}
+
+/* No live allocation holds q, or (`not_base`) another one than not_base. */
+static void range_not(xseg_t *xs, const void *q, const void *not_base)
+{
+    void *b = NULL;
+    xseg_status st = xseg_block_range(xs, q, &b, NULL, NULL);
+    if (not_base && st == XSEG_OK)
+        ck_assert_msg(b != not_base, "%p: still in the allocation at %p", q, not_base);
+    else
+        ck_assert_msg(st == XSEG_ERR_INVALID_POINTER, "%p: status %d (%s)", q, (int)st,
+                      xseg_last_error());
+}
+
+/* Starts, interior pointers, the first and last byte of a small slot, a
+ * block and a large block: the allocation's start and both sizes; one past
+ * the end is another allocation or none. */
+START_TEST(block_range_interior)
+{
+    xseg_t *xs = t_host(NULL);
+    static const size_t sizes[] = {1, 700, 5000, 65536 + 3, MiB, 3 * MiB + 7, 40 * MiB + 1};
+    enum { N = sizeof sizes / sizeof sizes[0] };
+    void *p[N];
+    size_t r[N];
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(xseg_alloc(xs, sizes[i], NULL, &p[i]), XSEG_OK);
+        ck_assert_int_eq(xseg_block_size(xs, p[i], &r[i], NULL), XSEG_OK);
+    }
+    for (int i = 0; i < N; i++) {
+        char *c = p[i];
+        range_is(xs, c, c, r[i], sizes[i]);
+        range_is(xs, c + sizes[i] / 2, c, r[i], sizes[i]);
+        range_is(xs, c + sizes[i] - 1, c, r[i], sizes[i]);
+        range_is(xs, c + r[i] - 1, c, r[i], sizes[i]); /* the rounding is the block's too */
+        range_not(xs, c + r[i], c);
+    }
+    void *b = (void *)1;
+    size_t q = 7;
+    ck_assert_int_eq(xseg_block_range(xs, (char *)p[5] + 12345, &b, NULL, &q), XSEG_OK);
+    ck_assert_ptr_eq(b, p[5]);
+    ck_assert_uint_eq(q, sizes[5]);
+    ck_assert_int_eq(xseg_block_range(xs, (char *)p[5] + 1, NULL, NULL, NULL), XSEG_OK);
+    for (int i = 0; i < N; i++)
+        ck_assert_int_eq(xseg_free(xs, p[i]), XSEG_OK);
+    xseg_destroy(xs);
+}
+END_TEST
+
+/* A freed block (held in a thread cache or given back), free space, a
+ * foreign pointer, another allocator's, NULL: XSEG_ERR_INVALID_POINTER
+ * with a message; an allocation that takes a freed place is found. */
+START_TEST(block_range_freed_and_foreign)
+{
+    xseg_t *xs = t_host(NULL), *other = t_host(NULL);
+    void *a, *b, *c, *o;
+    ck_assert_int_eq(xseg_alloc(xs, 4 * MiB, NULL, &a), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 2 * MiB, NULL, &b), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 1000, NULL, &c), XSEG_OK);
+    range_is(xs, (char *)a + MiB, a, 4 * MiB, 4 * MiB); /* a snapshot with a in it */
+    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, c), XSEG_OK);
+    range_not(xs, a, NULL);
+    ck_assert_ptr_nonnull(strstr(xseg_last_error(), "no live allocation"));
+    range_not(xs, (char *)a + MiB, NULL);
+    range_not(xs, (char *)c + 10, NULL);
+    range_is(xs, (char *)b + 5, b, 2 * MiB, 2 * MiB);
+    int on_stack;
+    range_not(xs, &on_stack, NULL);
+    ck_assert_ptr_nonnull(strstr(xseg_last_error(), "not allocated by this allocator"));
+    ck_assert_int_eq(xseg_alloc(other, 4096, NULL, &o), XSEG_OK);
+    range_not(xs, (char *)o + 1, NULL);
+    ck_assert_int_eq(xseg_block_range(xs, NULL, NULL, NULL, NULL), XSEG_ERR_INVALID_ARG);
+    ck_assert_int_eq(xseg_block_range(NULL, b, NULL, NULL, NULL), XSEG_ERR_INVALID_ARG);
+    void *a2, *a3;
+    ck_assert_int_eq(xseg_alloc(xs, MiB, NULL, &a2), XSEG_OK); /* a's place, smaller */
+    ck_assert_int_eq(xseg_alloc(xs, 3 * MiB, NULL, &a3), XSEG_OK);
+    size_t r2, r3;
+    ck_assert_int_eq(xseg_block_size(xs, a2, &r2, NULL), XSEG_OK);
+    ck_assert_int_eq(xseg_block_size(xs, a3, &r3, NULL), XSEG_OK);
+    range_is(xs, (char *)a2 + r2 - 1, a2, r2, MiB);
+    range_is(xs, (char *)a3 + MiB, a3, r3, 3 * MiB);
+    ck_assert_int_eq(xseg_free(other, o), XSEG_OK);
+    xseg_destroy(other);
+    xseg_destroy(xs);
+}
+END_TEST
+
+/* A dedicated block (registrable_min, outside the arena): its start, an
+ * interior pointer and its last byte; its freed range is nobody's. */
+START_TEST(block_range_dedicated)
+{
+    xseg_t *xs = t_host("host_capacity:256MB,registrable_min:16MB");
+    void *d, *s;
+    size_t r;
+    ck_assert_int_eq(xseg_alloc(xs, 20 * MiB + 3, NULL, &d), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, MiB, NULL, &s), XSEG_OK);
+    ck_assert_int_eq(xseg_block_size(xs, d, &r, NULL), XSEG_OK);
+    ck_assert_uint_ge(r, 20 * MiB + 3);
+    range_is(xs, d, d, r, 20 * MiB + 3);
+    range_is(xs, (char *)d + 7 * MiB + 1, d, r, 20 * MiB + 3);
+    range_is(xs, (char *)d + r - 1, d, r, 20 * MiB + 3);
+    range_not(xs, (char *)d + r, d);
+    range_is(xs, (char *)s + 1, s, MiB, MiB);
+    ck_assert_int_eq(xseg_free(xs, d), XSEG_OK);
+    range_not(xs, (char *)d + MiB, NULL);
+    ck_assert_int_eq(xseg_free(xs, s), XSEG_OK);
+    xseg_destroy(xs);
+}
+END_TEST
+
+/* A tag's allocation is found through the parent allocator. */
+START_TEST(block_range_tagged)
+{
+    xseg_t *xs = t_host(NULL);
+    int tag;
+    void *p;
+    ck_assert_int_eq(xseg_tag_id("range_test", &tag), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc_tagged(xs, 5 * MiB, NULL, tag, &p), XSEG_OK);
+    range_is(xs, (char *)p + 3 * MiB, p, 5 * MiB, 5 * MiB);
+    ck_assert_int_eq(xseg_free(xs, p), XSEG_OK);
+    range_not(xs, (char *)p + 3 * MiB, NULL);
+    xseg_destroy(xs);
+}
+END_TEST
+
+/* Churn against a list of the live allocations: after each step, probes
+ * around random allocations (before, inside, at the last byte, past the
+ * end) answer what the list says, so a stale snapshot never shows. */
+typedef struct live_ent {
+    char *p;
+    size_t n, r;
+} live_ent;
+
+static const live_ent *oracle(const live_ent *l, int n, const char *q)
+{
+    for (int i = 0; i < n; i++)
+        if (q >= l[i].p && q < l[i].p + l[i].r)
+            return &l[i];
+    return NULL;
+}
+
+static void probe(xseg_t *xs, const live_ent *l, int n, const char *q)
+{
+    const live_ent *want = oracle(l, n, q);
+    if (want)
+        range_is(xs, q, want->p, want->r, want->n);
+    else
+        range_not(xs, q, NULL);
+}
+
+START_TEST(block_range_churn_matches_list)
+{
+    enum { MAXL = 64 };
+    xseg_t *xs = t_host(NULL);
+    live_ent l[MAXL];
+    int n = 0;
+    unsigned long long s = 0x9e3779b97f4a7c15ull;
+    for (int step = 0; step < 3000; step++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        if (n == MAXL || (n > 0 && s % 3 == 0)) {
+            int k = (int)((s >> 8) % (unsigned)n);
+            ck_assert_int_eq(xseg_free(xs, l[k].p), XSEG_OK);
+            l[k] = l[--n];
+        } else {
+            size_t sz = ((size_t)1 << ((s >> 12) % 24)) + (size_t)((s >> 40) % 5000);
+            void *p;
+            ck_assert_int_eq(xseg_alloc(xs, sz, NULL, &p), XSEG_OK);
+            l[n] = (live_ent){p, sz, 0};
+            ck_assert_int_eq(xseg_block_size(xs, p, &l[n].r, NULL), XSEG_OK);
+            n++;
+        }
+        for (int j = 0; n && j < 6; j++) {
+            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+            const live_ent *e = &l[(s >> 5) % (unsigned)n];
+            size_t off = (size_t)((s >> 20) % (e->r * 2));
+            probe(xs, l, n, e->p - e->r / 2 + off);
+            probe(xs, l, n, e->p + e->r - 1);
+            probe(xs, l, n, e->p + e->r);
+        }
+    }
+    for (int i = 0; i < n; i++)
+        ck_assert_int_eq(xseg_free(xs, l[i].p), XSEG_OK);
+    xseg_destroy(xs);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("alloc");
@@ -361,6 +560,14 @@ static Suite *suite(void)
     tcase_add_test(tc, cuda_backend_absent);
     tcase_add_test(tc, destroy_releases_everything);
     suite_add_tcase(s, tc);
+    TCase *range = tcase_create("block_range");
+    tcase_set_timeout(range, 60);
+    tcase_add_test(range, block_range_interior);
+    tcase_add_test(range, block_range_freed_and_foreign);
+    tcase_add_test(range, block_range_dedicated);
+    tcase_add_test(range, block_range_tagged);
+    tcase_add_test(range, block_range_churn_matches_list);
+    suite_add_tcase(s, range);
     return s;
 }
 

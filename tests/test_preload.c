@@ -9,7 +9,9 @@
  * route (runtime, driver, cuGetProcAddress, dlsym, the runtime's table);
  * the others reached the real functions with the same results; the cap
  * shows in the memory info; fork, threads on two devices, a refused conf
- * and the xseg-run wrapper behave. */
+ * and the xseg-run wrapper behave; pointer queries of xseg memory are
+ * answered from its blocks (interior pointers too), others reach the real
+ * functions, and IPC handles of xseg memory are refused (query mode). */
 #include <check.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -361,6 +363,25 @@ START_TEST(quarantine_few_syncs_no_early_reuse)
 }
 END_TEST
 
+/* A second free of a block the drain thread is syncing for is refused
+ * (the real cudaFree refuses a double free too), and the drain frees the
+ * block once: no free error, nothing left at exit. */
+START_TEST(double_free_while_in_flight_is_refused)
+{
+    static char stats[OUT_CAP];
+    run r;
+    churn_run2(&r, "doublefree", "XSEG_PRELOAD_QUARANTINE=64m,4", "FAKE_SYNC_DELAY_US=300000",
+               stats);
+    assert_clean(&r, "doublefree");
+    assert_op(&r, "df_again", 1, -1);
+    assert_op(&r, "df_alloc_after", 0, 0);
+    assert_op(&r, "df_free_after", 0, -1);
+    ck_assert_int_eq(stat_of(stats, "quarantine_free_errors"), 0);
+    ck_assert_int_ge(stat_of(stats, "drains_thread"), 1);
+    ck_assert_msg(stat_of(stats, "allocated_bytes") == 0, "left at exit: %s", stats);
+}
+END_TEST
+
 /* The default bound (0.5% of the peak live bytes, at least 2 MiB) still
  * saves most syncs, made on the drain thread; the memory stays within a
  * few MiB of what a sync per free maps; quarantined and in flight together
@@ -679,6 +700,225 @@ START_TEST(xseg_run_wrapper)
 }
 END_TEST
 
+/* ---- pointer queries and IPC handles (the application's query mode) ---- */
+
+/* The value of `key` on the line "q NAME ..." (asserts both are there). */
+static long long qv(const run *r, const char *name, const char *key)
+{
+    char head[96], pat[48];
+    snprintf(head, sizeof head, "q %s", name);
+    const char *l = line(r->out, head);
+    ck_assert_msg(l, "no line %s in:\n%s\n--- stderr\n%s", head, r->out, r->err);
+    size_t len = strcspn(l, "\n");
+    snprintf(pat, sizeof pat, "%s=", key);
+    for (const char *p = l; p < l + len; p = strchr(p, ' ') ? strchr(p, ' ') + 1 : l + len)
+        if (strncmp(p, pat, strlen(pat)) == 0)
+            return strtoll(p + strlen(pat), NULL, 0);
+    ck_abort_msg("no %s on line %s: %.*s", key, head, (int)len, l);
+    return 0;
+}
+
+static void query_run(run *r, const char *preload, const char *const *env)
+{
+    app(r, "query", preload, env);
+    assert_clean(r, preload ? "query with preload" : "query without preload");
+}
+
+/* A range answer: rc 0, the allocation's start, `size`. */
+static void range_ok(const run *r, const char *name, long long size)
+{
+    ck_assert_msg(qv(r, name, "rc") == 0 && qv(r, name, "base") == qv(r, name, "want") &&
+                      qv(r, name, "size") == size,
+                  "%s: rc %lld base %llx want %llx size %lld (expected %lld)", name,
+                  qv(r, name, "rc"), qv(r, name, "base"), qv(r, name, "want"),
+                  qv(r, name, "size"), size);
+}
+
+/* The xseg block `tag` of `n` bytes: every query answered from the block
+ * (xseg's device 0, its rounded size); returns that size. */
+static long long block_answered(const run *r, const char *tag, long long n)
+{
+    char name[64];
+    snprintf(name, sizeof name, "%s_start", tag);
+    long long size = qv(r, name, "size");
+    ck_assert_msg(size >= n && size < n + 512 && size % 512 == 0, "%s: size %lld for %lld bytes",
+                  tag, size, n); /* xseg's rounding, not the stand-in's 256 */
+    static const char *const at[] = {"start", "interior", "last", "end", "attr_range"};
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
+        snprintf(name, sizeof name, "%s_%s", tag, at[i]);
+        range_ok(r, name, size);
+    }
+    snprintf(name, sizeof name, "%s_past", tag);
+    ck_assert(qv(r, name, "rc") != 0 || qv(r, name, "base") != qv(r, name, "want"));
+    snprintf(name, sizeof name, "%s_attr", tag);
+    ck_assert_int_eq(qv(r, name, "rc"), 0);
+    ck_assert_int_eq(qv(r, name, "type"), 2);
+    ck_assert_int_eq(qv(r, name, "devptr"), qv(r, name, "wantptr"));
+    ck_assert_int_eq(qv(r, name, "ordinal"), 0);
+    ck_assert_int_eq(qv(r, name, "managed"), 0);
+    ck_assert_int_eq(qv(r, name, "mapped"), 1);
+    ck_assert_int_eq(qv(r, name, "ipccap"), 0);
+    ck_assert_int_eq(qv(r, name, "buffer_rc"), 0); /* passed through: the driver's answer */
+    ck_assert_int_eq(qv(r, name, "buffer"), 0x5eed);
+    snprintf(name, sizeof name, "%s_attrs", tag);
+    range_ok(r, name, size);
+    ck_assert_int_eq(qv(r, name, "type"), 2);
+    ck_assert_int_eq(qv(r, name, "ordinal"), 0);
+    ck_assert_int_eq(qv(r, name, "mapped"), 1);
+    ck_assert_int_eq(qv(r, name, "buffer"), 0x5eed);
+    snprintf(name, sizeof name, "%s_rt", tag);
+    ck_assert_int_eq(qv(r, name, "rc"), 0);
+    ck_assert_int_eq(qv(r, name, "type"), 2);
+    ck_assert_int_eq(qv(r, name, "device"), 0);
+    ck_assert_int_eq(qv(r, name, "devptr"), qv(r, name, "wantptr"));
+    ck_assert_int_eq(qv(r, name, "host"), 0);
+    ck_assert_int_eq(qv(r, name, "reserved_intact"), 1);
+    return size;
+}
+
+/* Interior pointers of a block and of a small slot: cuMemGetAddressRange,
+ * RANGE_START_ADDR / RANGE_SIZE (agreeing), the other attributes and
+ * cudaPointerGetAttributes answer from xseg's block; without xseg the
+ * stand-in answers the same queries with its own values (device 5). */
+START_TEST(pointer_queries_answered)
+{
+    run r, base;
+    query_run(&r, PRELOAD, NULL);
+    block_answered(&r, "big", (3 << 20) + 5);
+    ck_assert_int_eq(block_answered(&r, "small", 1000), 1024);
+    query_run(&base, NULL, NULL);
+    ck_assert_int_eq(qv(&base, "big_attr", "ordinal"), 5);
+    ck_assert_int_eq(qv(&base, "big_start", "size"), (3 << 20) + 256);
+}
+END_TEST
+
+/* Foreign and garbage pointers reach the stand-in and get its answers, as
+ * without xseg; xseg's own pointers never reach it except for the
+ * attributes xseg leaves to the driver (BUFFER_ID) and the plural call,
+ * which the driver fills first. */
+START_TEST(pointer_queries_pass_through)
+{
+    run r, base;
+    query_run(&r, PRELOAD, NULL);
+    query_run(&base, NULL, NULL);
+    static const char *const names[] = {"foreign_start", "foreign_interior", "foreign_last",
+                                        "foreign_attr_range", "foreign_attrs"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        range_ok(&r, names[i], 4096);
+        range_ok(&base, names[i], 4096);
+    }
+    ck_assert_int_eq(qv(&r, "foreign_past", "rc"), 500);
+    ck_assert_int_eq(qv(&r, "garbage_range", "rc"), 500);
+    ck_assert_int_eq(qv(&r, "foreign_attr", "ordinal"), 5);
+    ck_assert_int_eq(qv(&r, "foreign_attr", "ipccap"), 1);
+    ck_assert_int_eq(qv(&r, "foreign_attrs", "ordinal"), 5);
+    ck_assert_int_eq(qv(&r, "foreign_rt", "device"), 5);
+    ck_assert_int_eq(qv(&r, "foreign_rt", "type"), 2);
+    /* foreign: start, size, interior, last, end, past; garbage: 1 */
+    ck_assert_int_eq(count(r.out, "fake.cuMemGetAddressRange_v2"), 7);
+    /* foreign: 2 (range) + 7 (each); big and small: BUFFER_ID only */
+    ck_assert_int_eq(count(r.out, "fake.cuPointerGetAttribute"), 11);
+    ck_assert_int_eq(count(r.out, "fakert.cudaPointerGetAttributes"), 1); /* foreign */
+    ck_assert_int_gt(count(base.out, "fake.cuMemGetAddressRange_v2"), 20);
+}
+END_TEST
+
+/* A block freed just before (quarantined by default, given back to xseg
+ * with XSEG_PRELOAD_FREE=stream) is no allocation: CUDA_ERROR_NOT_FOUND,
+ * CUDA_ERROR_INVALID_VALUE, NULL defaults, unregistered memory. */
+START_TEST(pointer_queries_freed_block)
+{
+    const char *stream_env[] = {"XSEG_PRELOAD_FREE=stream", NULL};
+    const char *const *envs[] = {NULL, stream_env};
+    for (int i = 0; i < 2; i++) {
+        run r;
+        query_run(&r, PRELOAD, envs[i]);
+        ck_assert_int_eq(qv(&r, "freed_range", "rc"), 500);
+        ck_assert_int_eq(qv(&r, "freed_attr", "rc"), 1);
+        ck_assert_int_eq(qv(&r, "freed_attrs", "rc"), 0);
+        ck_assert_int_eq(qv(&r, "freed_attrs", "type"), 0);
+        ck_assert_int_eq(qv(&r, "freed_attrs", "ordinal"), -2);
+        ck_assert_int_eq(qv(&r, "freed_attrs", "base"), 0);
+        ck_assert_int_eq(qv(&r, "freed_attrs", "size"), 0);
+        ck_assert_int_eq(qv(&r, "freed_attrs", "mapped"), 0);
+        ck_assert_int_eq(qv(&r, "freed_rt", "rc"), 0);
+        ck_assert_int_eq(qv(&r, "freed_rt", "type"), 0);
+        ck_assert_int_eq(qv(&r, "freed_rt", "device"), -2);
+        ck_assert_int_eq(qv(&r, "freed_rt", "devptr"), 0);
+        ck_assert_int_eq(qv(&r, "freed_rt", "host"), qv(&r, "freed_rt", "wantptr"));
+        ck_assert_int_eq(count(r.out, "fake.cuMemGetAddressRange_v2"), 7); /* none of them */
+    }
+}
+END_TEST
+
+/* cudaIpcGetMemHandle / cuIpcGetMemHandle of xseg memory: refused with
+ * cudaErrorInvalidValue / CUDA_ERROR_INVALID_VALUE, said with
+ * XSEG_PRELOAD_VERBOSE=1 (naming the pointer and xseg's export); a foreign
+ * pointer gets the stand-in's handle.  Without xseg every one succeeds. */
+START_TEST(ipc_handle_refused_on_xseg_memory)
+{
+    run r, base, quiet;
+    const char *env[] = {"XSEG_PRELOAD_VERBOSE=1", NULL};
+    query_run(&r, PRELOAD, env);
+    static const char *const xs[] = {"ipc_xseg_rt", "ipc_xseg_drv", "freed_ipc_rt"};
+    for (size_t i = 0; i < sizeof xs / sizeof xs[0]; i++) {
+        ck_assert_int_eq(qv(&r, xs[i], "rc"), 1);
+        ck_assert_int_eq(qv(&r, xs[i], "fake"), 0);
+    }
+    ck_assert_int_eq(qv(&r, "ipc_foreign_rt", "rc"), 0);
+    ck_assert_int_eq(qv(&r, "ipc_foreign_rt", "fake"), 1);
+    ck_assert_int_eq(qv(&r, "ipc_foreign_drv", "rc"), 0);
+    ck_assert_int_eq(qv(&r, "ipc_foreign_drv", "fake"), 1);
+    ck_assert_int_eq(count(r.out, "fake.cuIpcGetMemHandle"), 3); /* the foreign ones */
+    char said[160];
+    snprintf(said, sizeof said, "cudaIpcGetMemHandle(%p) refused with cudaErrorInvalidValue",
+             (void *)(uintptr_t)qv(&r, "ipc_xseg_rt", "ptr"));
+    ck_assert_msg(strstr(r.err, said) && strstr(r.err, "xseg_export") &&
+                      strstr(r.err, "docs/sharing.md") &&
+                      strstr(r.err, "cuIpcGetMemHandle(") &&
+                      strstr(r.err, "CUDA_ERROR_INVALID_VALUE"),
+                  "stderr lacks \"%s\":\n%s", said, r.err);
+    query_run(&quiet, PRELOAD, NULL);
+    ck_assert_ptr_null(strstr(quiet.err, "refused"));
+    query_run(&base, NULL, NULL);
+    ck_assert_int_eq(qv(&base, "ipc_xseg_rt", "rc"), 0);
+    ck_assert_int_eq(qv(&base, "ipc_xseg_rt", "fake"), 1);
+}
+END_TEST
+
+/* The queries reach the preload versions through cuGetProcAddress (both
+ * versions), dlsym on the driver's and the runtime's handles and the
+ * runtime's table; cuMemGetAddressRange of an old ABI is left alone. */
+START_TEST(pointer_queries_routing)
+{
+    run r, base;
+    query_run(&r, PRELOAD, NULL);
+    long long size = qv(&r, "big_start", "size");
+    static const char *const ranges[] = {"route_getproc_range", "route_dlsym_range",
+                                         "route_getproc_attr", "route_dlsym_attr",
+                                         "route_getproc_attrs", "route_dlsym_attrs",
+                                         "route_table_attrs"};
+    for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++)
+        range_ok(&r, ranges[i], size);
+    ck_assert_int_eq(qv(&r, "route_getproc_attrs", "ordinal"), 0);
+    ck_assert_int_eq(qv(&r, "route_dlsym_attrs", "ordinal"), 0);
+    ck_assert_int_eq(qv(&r, "route_table_attrs", "ordinal"), 0);
+    ck_assert_int_eq(qv(&r, "route_dlsym_rt_attrs", "device"), 0);
+    ck_assert_int_eq(qv(&r, "route_dlsym_rt_attrs", "type"), 2);
+    static const char *const ipcs[] = {"route_getproc_ipc", "route_dlsym_ipc",
+                                       "route_dlsym_rt_ipc"};
+    for (size_t i = 0; i < sizeof ipcs / sizeof ipcs[0]; i++)
+        ck_assert_int_eq(qv(&r, ipcs[i], "rc"), 1);
+    ck_assert_int_eq(qv(&r, "route_getproc_ipc_foreign", "rc"), 0);
+    ck_assert_int_eq(qv(&r, "route_getproc_ipc_foreign", "fake"), 1);
+    ck_assert_ptr_nonnull(strstr(r.out, "check getproc_range_32bit_untouched ok"));
+    query_run(&base, NULL, NULL); /* the stand-in's answers: its device, its rounding */
+    ck_assert_int_eq(qv(&base, "route_table_attrs", "ordinal"), 5);
+    ck_assert_int_eq(qv(&base, "route_getproc_range", "size"), (3 << 20) + 256);
+    ck_assert_int_eq(qv(&base, "route_dlsym_ipc", "rc"), 0);
+}
+END_TEST
+
 int main(void)
 {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -717,6 +957,12 @@ int main(void)
     tcase_add_test(tc, xseg_run_wrapper);
     tcase_add_test(tc, cuda_churn_sequence);
     tcase_add_test(tc, async_legacy_free_not_reused_early);
+    tcase_add_test(tc, pointer_queries_answered);
+    tcase_add_test(tc, pointer_queries_pass_through);
+    tcase_add_test(tc, pointer_queries_freed_block);
+    tcase_add_test(tc, double_free_while_in_flight_is_refused);
+    tcase_add_test(tc, ipc_handle_refused_on_xseg_memory);
+    tcase_add_test(tc, pointer_queries_routing);
     suite_add_tcase(s, tc);
     return t_run(s);
 }

@@ -7,12 +7,18 @@
  * so only cuGetProcAddress routing can bring a caller of the table to the
  * preload library.  The current device is a per-thread number
  * (fake_set_device; cuCtxPushCurrent takes a primary context of
- * cuDevicePrimaryCtxRetain). */
+ * cuDevicePrimaryCtxRetain).  Pointer queries and IPC handles answer for
+ * its own allocations, interior pointers too, with values the tests
+ * recognise (device ordinal FAKE_ORDINAL, sizes rounded to 256 bytes, a
+ * "fakeipc" handle); BUFFER_ID for any pointer; CUDA_ERROR_NOT_FOUND /
+ * INVALID_VALUE, or zeros from cuPointerGetAttributes, for the others. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fakecuda.h"
 
@@ -21,7 +27,8 @@
 static const char *const g_names[FC_COUNT] = {
     "cuMemAlloc_v2", "cuMemAlloc", "cuMemFree_v2", "cuMemAllocAsync", "cuMemAllocAsync_ptsz",
     "cuMemFreeAsync", "cuMemFreeAsync_ptsz", "cuMemGetInfo_v2", "cuCtxSynchronize",
-    "cuGetProcAddress", "alloc_dev0", "alloc_dev1"};
+    "cuGetProcAddress", "alloc_dev0", "alloc_dev1", "cuMemGetAddressRange_v2",
+    "cuPointerGetAttribute", "cuPointerGetAttributes", "cuIpcGetMemHandle"};
 static atomic_long g_counts[FC_COUNT];
 
 typedef struct live {
@@ -58,6 +65,22 @@ int fake_owns(const void *ptr)
     live *l = g_live;
     while (l && l->ptr != (uintptr_t)ptr)
         l = l->next;
+    pthread_mutex_unlock(&g_lock);
+    return l != NULL;
+}
+
+/* The live allocation holding p (its start or any byte inside): 1, with
+ * its start and size. */
+static int fake_range_of(uintptr_t p, uintptr_t *base, size_t *size)
+{
+    pthread_mutex_lock(&g_lock);
+    live *l = g_live;
+    while (l && p - l->ptr >= l->size)
+        l = l->next;
+    if (l) {
+        *base = l->ptr;
+        *size = l->size;
+    }
     pthread_mutex_unlock(&g_lock);
     return l != NULL;
 }
@@ -162,6 +185,93 @@ static int i_info(size_t *f, size_t *t)
     *t = FAKE_TOTAL;
     return 0;
 }
+static int i_range(fake_devptr *base, size_t *size, fake_devptr p)
+{
+    uintptr_t b = 0;
+    size_t n = 0;
+    count(FC_cuMemGetAddressRange_v2);
+    if (!fake_range_of((uintptr_t)p, &b, &n))
+        return FAKE_NOT_FOUND;
+    if (base)
+        *base = b;
+    if (size)
+        *size = n;
+    return 0;
+}
+static int i_range_v1(unsigned *base, unsigned *size, unsigned p)
+{
+    (void)base;
+    (void)size;
+    (void)p;
+    return FAKE_INVALID_VALUE; /* 32-bit pointers: never used here */
+}
+
+static void put32(void *data, unsigned v) { memcpy(data, &v, sizeof v); }
+static void put64(void *data, unsigned long long v) { memcpy(data, &v, sizeof v); }
+
+/* The bytes an attribute's value takes (CUdeviceptr, pointers, ids,
+ * size_t: 8; the rest 4). */
+static size_t attr_bytes(int attr)
+{
+    return attr == FA_MEMORY_TYPE || attr == FA_IS_MANAGED || attr == FA_DEVICE_ORDINAL ||
+                   attr == FA_IPC_CAPABLE || attr == FA_MAPPED || attr == 6
+               ? 4
+               : 8;
+}
+
+/* One attribute: BUFFER_ID for any pointer (a driver knows every mapping),
+ * the others for its own allocations only. */
+static int attr_of(void *data, int attr, fake_devptr p)
+{
+    uintptr_t b = 0;
+    size_t n = 0;
+    if (attr == FA_BUFFER_ID) {
+        put64(data, FAKE_BUFFER_ID);
+        return 0;
+    }
+    if (!fake_range_of((uintptr_t)p, &b, &n))
+        return FAKE_INVALID_VALUE;
+    switch (attr) {
+    case FA_MEMORY_TYPE: put32(data, 2); return 0;
+    case FA_DEVICE_POINTER: put64(data, p); return 0;
+    case FA_IS_MANAGED: put32(data, 0); return 0;
+    case FA_DEVICE_ORDINAL: put32(data, FAKE_ORDINAL); return 0;
+    case FA_IPC_CAPABLE: put32(data, 1); return 0;
+    case FA_RANGE_START_ADDR: put64(data, b); return 0;
+    case FA_RANGE_SIZE: put64(data, n); return 0;
+    case FA_MAPPED: put32(data, 1); return 0;
+    default: return FAKE_INVALID_VALUE;
+    }
+}
+static int i_attr(void *data, int attr, fake_devptr p)
+{
+    count(FC_cuPointerGetAttribute);
+    return data ? attr_of(data, attr, p) : FAKE_INVALID_VALUE;
+}
+/* As the driver's: no error for a pointer it does not know, zeros. */
+static int i_attrs(unsigned n, int *attrs, void **data, fake_devptr p)
+{
+    count(FC_cuPointerGetAttributes);
+    if (!attrs || !data)
+        return FAKE_INVALID_VALUE;
+    for (unsigned i = 0; i < n; i++)
+        if (data[i] && attr_of(data[i], attrs[i], p) != 0)
+            memset(data[i], 0, attr_bytes(attrs[i]));
+    return 0;
+}
+/* A handle for the start of a live allocation: "fakeipc" and the address. */
+static int i_ipc(fake_ipc_handle *h, fake_devptr p)
+{
+    uintptr_t b = 0;
+    size_t n = 0;
+    count(FC_cuIpcGetMemHandle);
+    if (!h || !fake_range_of((uintptr_t)p, &b, &n) || b != p)
+        return FAKE_INVALID_VALUE;
+    memset(h, 0, sizeof *h);
+    snprintf(h->reserved, sizeof h->reserved, "fakeipc %llx", p);
+    return 0;
+}
+
 static int i_ctx_get_device(int *d)
 {
     *d = t_dev;
@@ -189,10 +299,27 @@ static int refused(void)
     return 0;
 }
 
+/* FAKE_SYNC_DELAY_US=N: each sync takes N microseconds (the GPU's queued
+ * work), so that a drain stays in flight for a while. */
+static long sync_delay_us(void)
+{
+    static atomic_long us = -1;
+    long v = atomic_load(&us);
+    if (v < 0) {
+        const char *e = getenv("FAKE_SYNC_DELAY_US");
+        v = e ? atol(e) : 0;
+        atomic_store(&us, v);
+    }
+    return v;
+}
+
 static int i_sync(void)
 {
     if (refused())
         return 906;
+    long us = sync_delay_us();
+    if (us > 0)
+        nanosleep(&(struct timespec){us / 1000000, us % 1000000 * 1000}, NULL);
     count(FC_cuCtxSynchronize);
     return 0;
 }
@@ -209,6 +336,11 @@ void *fake_v1_alloc_addr(void)
     return FN(i_alloc_v1);
 }
 
+void *fake_v1_range_addr(void)
+{
+    return FN(i_range_v1);
+}
+
 static void *lookup(const char *sym, int version, uint64_t flags)
 {
     int ptds = (flags & 2) != 0;
@@ -222,6 +354,14 @@ static void *lookup(const char *sym, int version, uint64_t flags)
         return ptds ? FN(i_alloc_async_ptsz) : FN(i_alloc_async);
     if (strcmp(sym, "cuMemFreeAsync") == 0)
         return ptds ? FN(i_free_async_ptsz) : FN(i_free_async);
+    if (strcmp(sym, "cuMemGetAddressRange") == 0)
+        return version >= 3020 ? FN(i_range) : FN(i_range_v1);
+    if (strcmp(sym, "cuPointerGetAttribute") == 0)
+        return FN(i_attr);
+    if (strcmp(sym, "cuPointerGetAttributes") == 0)
+        return FN(i_attrs);
+    if (strcmp(sym, "cuIpcGetMemHandle") == 0)
+        return FN(i_ipc);
     if (strcmp(sym, "cuCtxGetDevice") == 0)
         return FN(i_ctx_get_device);
     if (strcmp(sym, "cuCtxSynchronize") == 0)
@@ -252,6 +392,16 @@ int cuMemAllocAsync_ptsz(fake_devptr *d, size_t n, void *s) { return i_alloc_asy
 int cuMemFreeAsync(fake_devptr p, void *s) { return i_free_async(p, s); }
 int cuMemFreeAsync_ptsz(fake_devptr p, void *s) { return i_free_async_ptsz(p, s); }
 int cuMemGetInfo_v2(size_t *f, size_t *t) { return i_info(f, t); }
+int cuMemGetAddressRange_v2(fake_devptr *base, size_t *size, fake_devptr p)
+{
+    return i_range(base, size, p);
+}
+int cuPointerGetAttribute(void *data, int attr, fake_devptr p) { return i_attr(data, attr, p); }
+int cuPointerGetAttributes(unsigned n, int *attrs, void **data, fake_devptr p)
+{
+    return i_attrs(n, attrs, data, p);
+}
+int cuIpcGetMemHandle(fake_ipc_handle *h, fake_devptr p) { return i_ipc(h, p); }
 int cuCtxGetDevice(int *d) { return i_ctx_get_device(d); }
 int cuCtxSynchronize(void) { return i_sync(); }
 int cuDeviceGet(int *dev, int ordinal)

@@ -2,9 +2,10 @@
  * tests.  Like the real runtime it never links the driver: it dlopens it
  * (FAKE_LIBCUDA, default libfakecuda.so), takes cuGetProcAddress_v2 with
  * dlsym and every other driver function through it, and its cudaMalloc &
- * co. call the driver through that table.  Calls are counted
- * (fakert_count).  fakert_table_malloc/free reach the table without going
- * through an exported cudaMalloc, as a statically linked runtime does. */
+ * co. (and cudaPointerGetAttributes, cudaIpcGetMemHandle) call the driver
+ * through that table.  Calls are counted (fakert_count).
+ * fakert_table_malloc/free/attrs reach the table without going through an
+ * exported runtime function, as a statically linked runtime does. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -14,9 +15,11 @@
 #include "fakecuda.h"
 
 enum { RC_cudaMalloc, RC_cudaFree, RC_cudaMallocAsync, RC_cudaFreeAsync, RC_cudaMemGetInfo,
-       RC_COUNT };
+       RC_cudaPointerGetAttributes, RC_cudaIpcGetMemHandle, RC_COUNT };
 static const char *const g_names[RC_COUNT] = {"cudaMalloc", "cudaFree", "cudaMallocAsync",
-                                              "cudaFreeAsync", "cudaMemGetInfo"};
+                                              "cudaFreeAsync", "cudaMemGetInfo",
+                                              "cudaPointerGetAttributes",
+                                              "cudaIpcGetMemHandle"};
 static atomic_long g_counts[RC_COUNT];
 
 typedef int (*getproc_fn)(const char *, void **, int, uint64_t, int *);
@@ -27,6 +30,8 @@ static struct {
     int (*free_async)(fake_devptr, void *);
     int (*info)(size_t *, size_t *);
     int (*get_device)(int *);
+    int (*attrs)(unsigned, int *, void **, fake_devptr);
+    int (*ipc)(fake_ipc_handle *, fake_devptr);
     void (*set_device)(int);
 } T;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -58,7 +63,10 @@ static void load(void)
     take(gp, "cuMemFreeAsync", &T.free_async);
     take(gp, "cuMemGetInfo", &T.info);
     take(gp, "cuCtxGetDevice", &T.get_device);
-    g_ok = T.alloc && T.free && T.alloc_async && T.free_async && T.info && T.get_device;
+    take(gp, "cuPointerGetAttributes", &T.attrs);
+    take(gp, "cuIpcGetMemHandle", &T.ipc);
+    g_ok = T.alloc && T.free && T.alloc_async && T.free_async && T.info && T.get_device &&
+           T.attrs && T.ipc;
 }
 
 static int ready(int c)
@@ -155,4 +163,45 @@ int fakert_table_malloc(void **ptr, size_t size)
 int fakert_table_free(void *ptr)
 {
     return ready(-1) ? rt_error(T.free((fake_devptr)(uintptr_t)ptr)) : 3;
+}
+
+/* As the real runtime: the driver's cuPointerGetAttributes, and what it
+ * does not know is unregistered host memory (cudaSuccess). */
+int cudaPointerGetAttributes(fake_ptr_attrs *a, const void *ptr)
+{
+    unsigned type = 0;
+    int ordinal = -2;
+    fake_devptr dp = 0;
+    int at[3] = {FA_MEMORY_TYPE, FA_DEVICE_ORDINAL, FA_DEVICE_POINTER};
+    void *data[3] = {&type, &ordinal, &dp};
+    if (!ready(RC_cudaPointerGetAttributes))
+        return 3;
+    if (!a)
+        return 1;
+    int rc = T.attrs(3, at, data, (fake_devptr)(uintptr_t)ptr);
+    if (rc)
+        return rt_error(rc);
+    int dev = type == 2;
+    a->type = dev ? 2 : 0;
+    a->device = dev ? ordinal : -2;
+    a->devicePointer = dev ? (void *)(uintptr_t)dp : NULL;
+    a->hostPointer = dev ? NULL : (void *)(uintptr_t)ptr;
+    return 0;
+}
+
+int cudaIpcGetMemHandle(fake_ipc_handle *h, void *ptr)
+{
+    if (!ready(RC_cudaIpcGetMemHandle))
+        return 3;
+    return rt_error(T.ipc(h, (fake_devptr)(uintptr_t)ptr));
+}
+
+int fakert_table_attrs(const void *ptr, unsigned *type, int *ordinal, fake_devptr *start,
+                       size_t *size)
+{
+    int at[4] = {FA_MEMORY_TYPE, FA_DEVICE_ORDINAL, FA_RANGE_START_ADDR, FA_RANGE_SIZE};
+    void *data[4] = {type, ordinal, start, size};
+    if (!ready(-1))
+        return 3;
+    return T.attrs(4, at, data, (fake_devptr)(uintptr_t)ptr);
 }

@@ -5,7 +5,9 @@
  * pointer from cuGetProcAddress, one from dlsym on a dlopen handle and the
  * runtime's table (as a static runtime would), frees foreign, garbage and
  * NULL pointers, allocates in a static constructor, asks for memory info,
- * forks, and runs threads on two devices.  It writes what it saw, one fact
+ * forks, runs threads on two devices, and asks pointer queries and IPC
+ * handles of its own, foreign, freed and garbage pointers through every
+ * route (query).  It writes what it saw, one fact
  * a line, and the test compares the two runs:
  *   op NAME rc=R fake=F     a call's result; F: the fake driver owns the
  *                           pointer (1), not (0), no pointer (-1)
@@ -26,7 +28,11 @@
  *                           N of 50 blocks freed by cudaFreeAsync on the
  *                           legacy stream came back on another stream
  *                           before a device sync
- * usage: preload_app basic|fork|threads|churn|churnloop|asyncreuse|
+ *   q NAME rc=R KEY=VALUE...
+ *                           the query mode: a pointer query or IPC call
+ *                           and what it answered (base and want: the
+ *                           range's start and the allocation asked about)
+ * usage: preload_app basic|fork|threads|churn|churnloop|asyncreuse|query|
  *                    cudachurn [ITERS [sync]]
  *        (exit 0 unless a check failed; churnloop: the churn without the
  *        checks after it; cudachurn: ITERS default 8000, as gpu_proof.sh;
@@ -90,9 +96,12 @@ static void counts(void)
     static const char *const drv[] = {"cuMemAlloc_v2", "cuMemFree_v2", "cuMemAllocAsync",
                                       "cuMemAllocAsync_ptsz", "cuMemFreeAsync",
                                       "cuMemFreeAsync_ptsz", "cuMemGetInfo_v2",
-                                      "cuCtxSynchronize", "alloc_dev0", "alloc_dev1"};
+                                      "cuCtxSynchronize", "alloc_dev0", "alloc_dev1",
+                                      "cuMemGetAddressRange_v2", "cuPointerGetAttribute",
+                                      "cuPointerGetAttributes", "cuIpcGetMemHandle"};
     static const char *const rt[] = {"cudaMalloc", "cudaFree", "cudaMallocAsync",
-                                     "cudaFreeAsync", "cudaMemGetInfo"};
+                                     "cudaFreeAsync", "cudaMemGetInfo",
+                                     "cudaPointerGetAttributes", "cudaIpcGetMemHandle"};
     for (size_t i = 0; i < sizeof drv / sizeof drv[0]; i++)
         printf("count fake.%s %ld\n", drv[i], fake_count(drv[i]));
     for (size_t i = 0; i < sizeof rt / sizeof rt[0]; i++)
@@ -497,6 +506,257 @@ static int asyncreuse(void)
     return errors != 0;
 }
 
+/* ---- query: pointer queries and IPC handles ---- */
+
+typedef int (*range_fn)(fake_devptr *, size_t *, fake_devptr);
+typedef int (*attr_fn)(void *, int, fake_devptr);
+typedef int (*attrs_fn)(unsigned, int *, void **, fake_devptr);
+typedef int (*ipc_fn)(fake_ipc_handle *, fake_devptr);
+typedef int (*rt_attrs_fn)(fake_ptr_attrs *, const void *);
+typedef int (*rt_ipc_fn)(fake_ipc_handle *, void *);
+
+#define ADDR(p) ((unsigned long long)(uintptr_t)(p))
+
+/* "q NAME rc=R base=B want=W size=S": an address range asked at some
+ * pointer of the allocation at `want`. */
+static void q_range(const char *name, int rc, fake_devptr base, size_t size, const void *want)
+{
+    printf("q %s rc=%d base=0x%llx want=0x%llx size=%zu\n", name, rc, base, ADDR(want), size);
+}
+
+static void q_range_at(const char *name, const char *at, const void *want)
+{
+    fake_devptr b = 0;
+    size_t n = 0;
+    int rc = cuMemGetAddressRange_v2(&b, &n, ADDR(at));
+    q_range(name, rc, b, n, want);
+}
+
+/* RANGE_START_ADDR and RANGE_SIZE through cuPointerGetAttribute. */
+static void q_attr_range(const char *name, attr_fn f, const char *at, const void *want)
+{
+    fake_devptr b = 0;
+    size_t n = 0;
+    int rc = f(&b, FA_RANGE_START_ADDR, ADDR(at));
+    int rc2 = f(&n, FA_RANGE_SIZE, ADDR(at));
+    q_range(name, rc ? rc : rc2, b, n, want);
+}
+
+/* Every attribute xseg answers, and BUFFER_ID (passed through), one by one. */
+static void q_attr_each(const char *name, const char *at)
+{
+    unsigned type = 9, managed = 9, mapped = 9, ipc = 9;
+    int ordinal = -9;
+    fake_devptr dp = 0;
+    unsigned long long buf = 0;
+    int rc = cuPointerGetAttribute(&type, FA_MEMORY_TYPE, ADDR(at));
+    rc |= cuPointerGetAttribute(&dp, FA_DEVICE_POINTER, ADDR(at));
+    rc |= cuPointerGetAttribute(&ordinal, FA_DEVICE_ORDINAL, ADDR(at));
+    rc |= cuPointerGetAttribute(&managed, FA_IS_MANAGED, ADDR(at));
+    rc |= cuPointerGetAttribute(&mapped, FA_MAPPED, ADDR(at));
+    rc |= cuPointerGetAttribute(&ipc, FA_IPC_CAPABLE, ADDR(at));
+    int brc = cuPointerGetAttribute(&buf, FA_BUFFER_ID, ADDR(at));
+    printf("q %s rc=%d type=%u devptr=0x%llx wantptr=0x%llx ordinal=%d managed=%u mapped=%u "
+           "ipccap=%u buffer_rc=%d buffer=0x%llx\n", name, rc, type, dp, ADDR(at), ordinal,
+           managed, mapped, ipc, brc, buf);
+}
+
+/* cuPointerGetAttributes (through f): type, ordinal, range, mapped, buffer. */
+static void q_attrs(const char *name, attrs_fn f, const char *at, const void *want)
+{
+    unsigned type = 9, mapped = 9;
+    int ordinal = -9;
+    fake_devptr b = 1;
+    size_t n = 1;
+    unsigned long long buf = 0;
+    int at_[6] = {FA_MEMORY_TYPE, FA_DEVICE_ORDINAL, FA_RANGE_START_ADDR, FA_RANGE_SIZE,
+                  FA_MAPPED, FA_BUFFER_ID};
+    void *data[6] = {&type, &ordinal, &b, &n, &mapped, &buf};
+    int rc = f ? f(6, at_, data, ADDR(at)) : -1;
+    printf("q %s rc=%d type=%u ordinal=%d base=0x%llx want=0x%llx size=%zu mapped=%u "
+           "buffer=0x%llx\n", name, rc, type, ordinal, b, ADDR(want), n, mapped, buf);
+}
+
+/* cudaPointerGetAttributes (through f), its reserved words (CUDA 13's)
+ * filled first: they must stay as they were (CUDA 12 has none). */
+static void q_rt_attrs(const char *name, rt_attrs_fn f, const char *at)
+{
+    fake_ptr_attrs a;
+    memset(&a, 0x55, sizeof a);
+    int rc = f ? f(&a, at) : -1, intact = 1;
+    for (int i = 0; i < 8; i++)
+        intact &= a.reserved[i] == (long)0x5555555555555555ull;
+    printf("q %s rc=%d type=%d device=%d devptr=0x%llx wantptr=0x%llx host=0x%llx "
+           "reserved_intact=%d\n", name, rc, a.type, a.device, ADDR(a.devicePointer), ADDR(at),
+           ADDR(a.hostPointer), intact);
+}
+
+/* "q NAME rc=R ptr=P fake=F": an IPC handle, F 1 when the stand-in made it. */
+static void q_ipc(const char *name, int rc, const fake_ipc_handle *h, const void *ptr)
+{
+    printf("q %s rc=%d ptr=%p fake=%d\n", name, rc, ptr,
+           rc == 0 && strncmp(h->reserved, "fakeipc", 7) == 0);
+}
+
+static void *sym(void *h, const char *name)
+{
+    return h ? dlsym(h, name) : NULL;
+}
+
+/* The same queries through cuGetProcAddress (both versions), dlsym on
+ * handles of the driver and the runtime, and the runtime's table. */
+static void q_routes(const char *p, const char *foreign)
+{
+    void *f = NULL;
+    int st = 0;
+    range_fn range;
+    attr_fn attr;
+    attrs_fn attrs;
+    ipc_fn ipc;
+    fake_ipc_handle h;
+    fake_devptr b = 0;
+    size_t n = 0;
+    cuGetProcAddress_v2("cuMemGetAddressRange", &f, 13000, 0, &st);
+    memcpy(&range, &f, sizeof f);
+    int rc = range ? range(&b, &n, ADDR(p + 7)) : -1;
+    q_range("route_getproc_range", rc, b, n, p);
+    cuGetProcAddress_v2("cuMemGetAddressRange", &f, 3010, 0, &st);
+    check("getproc_range_32bit_untouched", f == fake_v1_range_addr(), "rerouted");
+    cuGetProcAddress("cuPointerGetAttribute", &f, 12000, 0);
+    memcpy(&attr, &f, sizeof f);
+    if (attr)
+        q_attr_range("route_getproc_attr", attr, p + 7, p);
+    cuGetProcAddress_v2("cuPointerGetAttributes", &f, 13000, 0, &st);
+    memcpy(&attrs, &f, sizeof f);
+    q_attrs("route_getproc_attrs", attrs, p + 7, p);
+    cuGetProcAddress_v2("cuIpcGetMemHandle", &f, 13000, 0, &st);
+    memcpy(&ipc, &f, sizeof f);
+    q_ipc("route_getproc_ipc", ipc ? ipc(&h, ADDR(p)) : -1, &h, p);
+    q_ipc("route_getproc_ipc_foreign", ipc ? ipc(&h, ADDR(foreign)) : -1, &h, foreign);
+    const char *lib = getenv("FAKE_LIBCUDA");
+    void *drv = dlopen(lib && *lib ? lib : "libfakecuda.so", RTLD_NOW | RTLD_LOCAL);
+    f = sym(drv, "cuMemGetAddressRange_v2");
+    memcpy(&range, &f, sizeof f);
+    b = 0, n = 0;
+    rc = range ? range(&b, &n, ADDR(p + 9)) : -1;
+    q_range("route_dlsym_range", rc, b, n, p);
+    f = sym(drv, "cuPointerGetAttribute");
+    memcpy(&attr, &f, sizeof f);
+    if (attr)
+        q_attr_range("route_dlsym_attr", attr, p + 9, p);
+    f = sym(drv, "cuPointerGetAttributes");
+    memcpy(&attrs, &f, sizeof f);
+    q_attrs("route_dlsym_attrs", attrs, p + 9, p);
+    f = sym(drv, "cuIpcGetMemHandle");
+    memcpy(&ipc, &f, sizeof f);
+    q_ipc("route_dlsym_ipc", ipc ? ipc(&h, ADDR(p)) : -1, &h, p);
+    void *rt = dlopen("libfakecudart.so", RTLD_NOW | RTLD_NOLOAD);
+    rt_attrs_fn rta;
+    rt_ipc_fn rti;
+    f = sym(rt, "cudaPointerGetAttributes");
+    memcpy(&rta, &f, sizeof f);
+    q_rt_attrs("route_dlsym_rt_attrs", rta, p + 11);
+    f = sym(rt, "cudaIpcGetMemHandle");
+    memcpy(&rti, &f, sizeof f);
+    q_ipc("route_dlsym_rt_ipc", rti ? rti(&h, (void *)(uintptr_t)p) : -1, &h, p);
+    unsigned type = 9;
+    int ordinal = -9;
+    b = 0, n = 0;
+    rc = fakert_table_attrs(p + 13, &type, &ordinal, &b, &n);
+    printf("q route_table_attrs rc=%d type=%u ordinal=%d base=0x%llx want=0x%llx size=%zu\n", rc,
+           type, ordinal, b, ADDR(p), n);
+}
+
+/* An allocation's start, interior, last requested byte, last byte of its
+ * range and one past it; attributes; the runtime's view. */
+static void q_block(const char *tag, const char *p, size_t n)
+{
+    char name[64];
+    fake_devptr b = 0;
+    size_t size = 0;
+    snprintf(name, sizeof name, "%s_start", tag);
+    q_range_at(name, p, p);
+    cuMemGetAddressRange_v2(&b, &size, ADDR(p));
+    snprintf(name, sizeof name, "%s_interior", tag);
+    q_range_at(name, p + n / 2 + 3, p);
+    snprintf(name, sizeof name, "%s_last", tag);
+    q_range_at(name, p + n - 1, p);
+    snprintf(name, sizeof name, "%s_end", tag);
+    q_range_at(name, p + (size ? size : n) - 1, p);
+    snprintf(name, sizeof name, "%s_past", tag);
+    q_range_at(name, p + (size ? size : n), p);
+    snprintf(name, sizeof name, "%s_attr_range", tag);
+    q_attr_range(name, cuPointerGetAttribute, p + n / 2 + 3, p);
+    snprintf(name, sizeof name, "%s_attr", tag);
+    q_attr_each(name, p + n / 3);
+    snprintf(name, sizeof name, "%s_attrs", tag);
+    q_attrs(name, cuPointerGetAttributes, p + n / 3, p);
+    snprintf(name, sizeof name, "%s_rt", tag);
+    q_rt_attrs(name, cudaPointerGetAttributes, p + n / 3);
+}
+
+/* A block freed just before: every query says it is no allocation. */
+static void q_freed(void)
+{
+    char *q = NULL;
+    unsigned type = 9;
+    cudaMalloc((void **)&q, 2 << 20);
+    cudaFree(q);
+    q_range_at("freed_range", q + 10, q);
+    printf("q freed_attr rc=%d\n", cuPointerGetAttribute(&type, FA_MEMORY_TYPE, ADDR(q + 10)));
+    q_attrs("freed_attrs", cuPointerGetAttributes, q + 10, q);
+    q_rt_attrs("freed_rt", cudaPointerGetAttributes, q + 10);
+    fake_ipc_handle h;
+    q_ipc("freed_ipc_rt", cudaIpcGetMemHandle(&h, q), &h, q);
+}
+
+static int query(void)
+{
+    static const size_t n = (3 << 20) + 5, small = 1000;
+    char *p = NULL, *s = NULL;
+    fake_ipc_handle h;
+    check("query_alloc", cudaMalloc((void **)&p, n) == 0 && cudaMalloc((void **)&s, small) == 0,
+          "allocation failed");
+    q_block("big", p, n);
+    q_block("small", s, small);
+    char *f = fake_direct_alloc(4096);
+    q_block("foreign", f, 4096);
+    q_range_at("garbage_range", (const char *)(uintptr_t)0xdead0000ull, NULL);
+    q_freed();
+    q_ipc("ipc_xseg_rt", cudaIpcGetMemHandle(&h, p), &h, p);
+    q_ipc("ipc_xseg_drv", cuIpcGetMemHandle(&h, ADDR(p)), &h, p);
+    q_ipc("ipc_foreign_rt", cudaIpcGetMemHandle(&h, f), &h, f);
+    q_ipc("ipc_foreign_drv", cuIpcGetMemHandle(&h, ADDR(f)), &h, f);
+    q_routes(p, f);
+    cudaFree(p);
+    cudaFree(s);
+    cudaFree(f);
+    cudaFree(g_ctor_ptr);
+    counts();
+    return g_failed;
+}
+
+/* Four 1 MiB blocks freed fill a quarantine of 4 (XSEG_PRELOAD_QUARANTINE
+ * =64m,4): the drain thread takes them and syncs (slowly, with
+ * FAKE_SYNC_DELAY_US); a second free of the first meanwhile must be
+ * refused, not quarantined again (it would be freed twice, the second time
+ * perhaps as a new block of somebody's). */
+static int doublefree(void)
+{
+    void *p[4] = {0};
+    for (int i = 0; i < 4; i++)
+        check("df_alloc", cudaMalloc(&p[i], 1 << 20) == 0, "allocation failed");
+    for (int i = 0; i < 4; i++)
+        op("df_free", cudaFree(p[i]), NULL);
+    op("df_again", cudaFree(p[0]), NULL);
+    void *q = NULL;
+    int rc = cudaMalloc(&q, 1 << 20);
+    op("df_alloc_after", rc, q);
+    op("df_free_after", cudaFree(q), NULL);
+    cudaFree(g_ctor_ptr);
+    return g_failed;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "basic";
@@ -505,6 +765,8 @@ int main(int argc, char **argv)
              : strcmp(mode, "churn") == 0   ? churn(0)
              : strcmp(mode, "churnloop") == 0 ? churn(1)
              : strcmp(mode, "asyncreuse") == 0 ? asyncreuse()
+             : strcmp(mode, "query") == 0 ? query()
+             : strcmp(mode, "doublefree") == 0 ? doublefree()
              : strcmp(mode, "cudachurn") == 0
                  ? cudachurn(argc > 2 ? atoi(argv[2]) : 8000,
                              argc > 3 && strcmp(argv[3], "sync") == 0)

@@ -1,8 +1,9 @@
 /* preload.h: shared declarations of libxseg_preload.so (docs/preload.md):
  * the table of the CUDA entry points it interposes or calls (resolve.c),
  * the routing to xseg's process-wide allocators (route.c) and the
- * interposed functions themselves (wrap.c, resolve.c).  No CUDA header is
- * needed: the few types are spelled here with the ABI of CUDA 12 and 13. */
+ * interposed functions themselves (wrap.c: allocation; ptrquery.c: pointer
+ * queries and IPC; resolve.c: lookups).  No CUDA header is needed: the few
+ * types are spelled here with the ABI of CUDA 12 and 13. */
 #ifndef XSEG_PRELOAD_H
 #define XSEG_PRELOAD_H
 
@@ -17,10 +18,38 @@ typedef void *pl_stream;                /* CUstream, cudaStream_t */
 #define PL_ERR_INVALID_VALUE 1          /* cudaErrorInvalidValue, CUDA_ERROR_INVALID_VALUE */
 #define PL_ERR_OUT_OF_MEMORY 2          /* cudaErrorMemoryAllocation, CUDA_ERROR_OUT_OF_MEMORY */
 #define PL_ERR_NOT_INITIALIZED 3        /* cudaErrorInitializationError, ..._NOT_INITIALIZED */
+#define PL_ERR_NOT_FOUND 500            /* CUDA_ERROR_NOT_FOUND */
 #define PL_STREAM_LEGACY ((pl_stream)0x1)
 #define PL_STREAM_PER_THREAD ((pl_stream)0x2)
 #define PL_PROC_PER_THREAD 2            /* CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM */
 #define PL_MAX_DEVICES 64
+
+/* CUpointer_attribute values (cuda.h) that xseg answers for its memory */
+#define PL_ATTR_MEMORY_TYPE 2           /* unsigned int: CU_MEMORYTYPE_* */
+#define PL_ATTR_DEVICE_POINTER 3        /* CUdeviceptr */
+#define PL_ATTR_IS_MANAGED 8            /* unsigned int (a boolean) */
+#define PL_ATTR_DEVICE_ORDINAL 9        /* int */
+#define PL_ATTR_IS_LEGACY_CUDA_IPC_CAPABLE 10 /* unsigned int (a boolean) */
+#define PL_ATTR_RANGE_START_ADDR 11     /* CUdeviceptr */
+#define PL_ATTR_RANGE_SIZE 12           /* size_t */
+#define PL_ATTR_MAPPED 13               /* unsigned int (a boolean) */
+#define PL_MEMORYTYPE_DEVICE 2          /* CU_MEMORYTYPE_DEVICE, cudaMemoryTypeDevice */
+#define PL_MEMORYTYPE_UNREGISTERED 0    /* cudaMemoryTypeUnregistered */
+#define PL_INVALID_DEVICE (-2)          /* cudaInvalidDeviceId */
+
+/* struct cudaPointerAttributes: its four fields, the whole struct of CUDA
+ * 11 and 12; CUDA 13 adds reserved words after them, never written here. */
+typedef struct pl_ptr_attrs {
+    int type;                           /* enum cudaMemoryType */
+    int device;
+    void *devicePointer;
+    void *hostPointer;
+} pl_ptr_attrs;
+
+/* CUipcMemHandle, cudaIpcMemHandle_t */
+typedef struct pl_ipc_handle {
+    char reserved[64];
+} pl_ipc_handle;
 
 /* Every function of the table: interposed ones first. */
 enum pl_slot {
@@ -29,6 +58,8 @@ enum pl_slot {
     S_cuMemAlloc_v2, S_cuMemFree_v2, S_cuMemAllocAsync, S_cuMemAllocAsync_ptsz,
     S_cuMemFreeAsync, S_cuMemFreeAsync_ptsz, S_cuMemGetInfo_v2, S_cuGetProcAddress,
     S_cuGetProcAddress_v2,
+    S_cuMemGetAddressRange_v2, S_cuPointerGetAttribute, S_cuPointerGetAttributes,
+    S_cuIpcGetMemHandle, S_cudaPointerGetAttributes, S_cudaIpcGetMemHandle,
     S_INTERPOSED, /* the ones below are only called */
     S_cudaGetDevice = S_INTERPOSED, S_cuCtxGetDevice, S_cuCtxSynchronize, S_cuDeviceGet,
     S_cuDevicePrimaryCtxRetain, S_cuDevicePrimaryCtxRelease_v2, S_cuCtxPushCurrent_v2,
@@ -46,6 +77,22 @@ void *pl_real(enum pl_slot slot);
  * library: interposed functions then pass straight through. */
 extern _Thread_local int pl_inside;
 
+/* Call the real function of `slot` with pl_inside set, and return its
+ * result (PL_ERR_NOT_INITIALIZED when there is none). */
+#define PASS(slot, type, ...)                       \
+    do {                                            \
+        void *p_ = pl_real(slot);                   \
+        type fn_;                                   \
+        if (!p_)                                    \
+            return PL_ERR_NOT_INITIALIZED;          \
+        memcpy(&fn_, &p_, sizeof p_);               \
+        int old_ = pl_inside;                       \
+        pl_inside = 1;                              \
+        pl_result r_ = fn_(__VA_ARGS__);            \
+        pl_inside = old_;                           \
+        return r_;                                  \
+    } while (0)
+
 /* ---- route.c ---- */
 enum { PL_SERVED, PL_PASS, PL_FAILED };
 /* Allocate from the allocator of `device`: PL_SERVED (*out set), PL_PASS
@@ -58,6 +105,17 @@ int pl_alloc(int device, size_t size, pl_stream stream, void **out);
  * goes into the device's quarantine (or, XSEG_PRELOAD_FREE=sync, the
  * device is synchronised first, as the real cudaFree / cuMemFree do). */
 int pl_free(void *ptr, int async, pl_stream stream);
+/* The live xseg block holding ptr (its start or any byte inside):
+ * PL_SERVED with *base, *size (the block's rounded size) and *device;
+ * PL_FAILED when ptr lies in xseg's range but in no live block (freed,
+ * quarantined, free space); PL_PASS when it is not xseg's (or a fork
+ * parent's): the real function answers. */
+int pl_block(const void *ptr, void **base, size_t *size, int *device);
+/* 1 when ptr lies in the range of one of this process's allocators (live
+ * or not; a fork parent's do not count), with its *device. */
+int pl_owned(const void *ptr, int *device);
+/* A line on stderr with XSEG_PRELOAD_VERBOSE=1 (prefixed with the pid). */
+void pl_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Bring the real figures of cudaMemGetInfo to the cap of `device`'s
  * allocator, when one is set. */
 void pl_meminfo(int device, size_t *free_bytes, size_t *total_bytes);
@@ -106,6 +164,9 @@ size_t pl_q_reclaim(int d, struct xseg *xs, int why);
  * never a context made for it).  xs: PL_MAX_DEVICES allocators. */
 void pl_q_drain_at_exit(struct xseg *const *xs);
 size_t pl_q_held(int d);                   /* bytes quarantined or in flight now */
+/* 1 when the block at ptr is quarantined or in flight on device d (freed by
+ * the program, not yet given back to xseg). */
+int pl_q_holds(int d, const void *ptr);
 void pl_q_fork_child(void);
 int pl_q_json(int d, char *buf, size_t cap);          /* "key":value,... */
 
@@ -128,6 +189,13 @@ PL_EXPORT pl_result cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes);
 PL_EXPORT pl_result cuGetProcAddress(const char *symbol, void **pfn, int version, uint64_t flags);
 PL_EXPORT pl_result cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
                                         uint64_t flags, int *status);
+PL_EXPORT pl_result cuMemGetAddressRange_v2(pl_devptr *base, size_t *size, pl_devptr ptr);
+PL_EXPORT pl_result cuPointerGetAttribute(void *data, int attribute, pl_devptr ptr);
+PL_EXPORT pl_result cuPointerGetAttributes(unsigned n, int *attributes, void **data,
+                                           pl_devptr ptr);
+PL_EXPORT pl_result cuIpcGetMemHandle(pl_ipc_handle *handle, pl_devptr ptr);
+PL_EXPORT pl_result cudaPointerGetAttributes(pl_ptr_attrs *attributes, const void *ptr);
+PL_EXPORT pl_result cudaIpcGetMemHandle(pl_ipc_handle *handle, void *ptr);
 /* dlsym is interposed too (resolve.c), with dlfcn.h's declaration. */
 
 #endif /* XSEG_PRELOAD_H */

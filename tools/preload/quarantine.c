@@ -21,7 +21,8 @@
  *    current device's list only, through its current context (at exit a
  *    context is never made for a sync; what stays is reported as held).
  * A second free of a quarantined pointer is refused (a set of the list's
- * pointers), as the real free refuses a pointer it no longer knows. */
+ * pointers), as the real free refuses a pointer it no longer knows; the
+ * pointer queries (ptrquery.c) ask the set and the list in flight too. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -430,11 +431,20 @@ static void note_peak(quar *q, size_t bytes)
         ;
 }
 
+static int in_flight(int d, const void *ptr);
+
 int pl_q_free(int d, xseg_t *xs, void *ptr, size_t size, size_t live_peak)
 {
     size_t bound = bound_for(live_peak);
     quar *q = &g_q[d];
     int over;
+    /* A second free of a block the drain thread has in flight: it would be
+     * freed twice, the second time perhaps as somebody's new block.  Looked
+     * up before q->lock (the drain takes g_jlock, then q->lock); a block
+     * moving from the list to the drain in between is not seen, so this is
+     * a best effort, as the driver's own double-free checks are. */
+    if (atomic_load(&q->inflight) && in_flight(d, ptr))
+        return PL_FAILED;
     pthread_mutex_lock(&q->lock);
     while (q->count >= g_count) { /* full (other threads pushed): drain first */
         pthread_mutex_unlock(&q->lock);
@@ -500,6 +510,29 @@ size_t pl_q_held(int d)
 {
     return atomic_load_explicit(&g_q[d].held, memory_order_relaxed) +
            atomic_load_explicit(&g_q[d].inflight, memory_order_relaxed);
+}
+
+/* The list the drain thread has in flight holds ptr. */
+static int in_flight(int d, const void *ptr)
+{
+    int hit = 0;
+    pthread_mutex_lock(&g_jlock);
+    const job *j = &g_job[d];
+    for (size_t i = 0; j->state && i < j->n && !hit; i++)
+        hit = j->items[i].ptr == ptr;
+    pthread_mutex_unlock(&g_jlock);
+    return hit;
+}
+
+int pl_q_holds(int d, const void *ptr)
+{
+    quar *q = &g_q[d];
+    if (!pl_q_held(d))
+        return 0;
+    pthread_mutex_lock(&q->lock);
+    int held = q->set && set_has(q, ptr);
+    pthread_mutex_unlock(&q->lock);
+    return held || in_flight(d, ptr);
 }
 
 /* ---- fork, report ---- */

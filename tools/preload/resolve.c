@@ -7,9 +7,10 @@
  *    runtime dlopens libcuda and takes cuGetProcAddress_v2 with dlsym; XLA
  *    takes every driver function so);
  *  - cuGetProcAddress(_v2) is interposed: the runtime finds every driver
- *    function through it, so an alloc function it asks for comes back as
- *    this library's, at the ABI version asked (cuMemAlloc below 3.2 is the
- *    32-bit one and is left alone).
+ *    function through it, so an alloc function (or pointer query, or
+ *    cuIpcGetMemHandle) it asks for comes back as this library's, at the
+ *    ABI version asked (cuMemAlloc and cuMemGetAddressRange below 3.2 are
+ *    the 32-bit ones and are left alone).
  * The real function of a slot: the one a dlsym / cuGetProcAddress of the
  * application was given, else the next definition after this library
  * (RTLD_NEXT), else the one in libcuda / libcudart opened by name
@@ -56,6 +57,12 @@ static slot g_slots[S_COUNT] = {
     [S_cuMemGetInfo_v2] = OURS_DRV(cuMemGetInfo_v2),
     [S_cuGetProcAddress] = OURS_DRV(cuGetProcAddress),
     [S_cuGetProcAddress_v2] = OURS_DRV(cuGetProcAddress_v2),
+    [S_cuMemGetAddressRange_v2] = OURS_DRV(cuMemGetAddressRange_v2),
+    [S_cuPointerGetAttribute] = OURS_DRV(cuPointerGetAttribute),
+    [S_cuPointerGetAttributes] = OURS_DRV(cuPointerGetAttributes),
+    [S_cuIpcGetMemHandle] = OURS_DRV(cuIpcGetMemHandle),
+    [S_cudaPointerGetAttributes] = OURS(cudaPointerGetAttributes),
+    [S_cudaIpcGetMemHandle] = OURS(cudaIpcGetMemHandle),
     [S_cudaGetDevice] = CALLED(cudaGetDevice, 0),
     [S_cuCtxGetDevice] = CALLED(cuCtxGetDevice, 1),
     [S_cuCtxSynchronize] = CALLED(cuCtxSynchronize, 1),
@@ -216,6 +223,14 @@ static int proc_slot(const char *sym, int version, uint64_t flags, void *got)
         return ptds ? S_cuMemAllocAsync_ptsz : S_cuMemAllocAsync;
     if (strcmp(sym, "cuMemFreeAsync") == 0)
         return ptds ? S_cuMemFreeAsync_ptsz : S_cuMemFreeAsync;
+    if (strcmp(sym, "cuMemGetAddressRange") == 0)
+        return version >= 3020 ? S_cuMemGetAddressRange_v2 : -1;
+    if (strcmp(sym, "cuPointerGetAttribute") == 0)
+        return S_cuPointerGetAttribute;
+    if (strcmp(sym, "cuPointerGetAttributes") == 0)
+        return S_cuPointerGetAttributes;
+    if (strcmp(sym, "cuIpcGetMemHandle") == 0)
+        return S_cuIpcGetMemHandle;
     if (strcmp(sym, "cuGetProcAddress") == 0) { /* by identity: the two differ in arity */
         if (got == pl_real(S_cuGetProcAddress_v2))
             return S_cuGetProcAddress_v2;

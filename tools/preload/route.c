@@ -7,7 +7,8 @@
  * =stream: xseg's stream order), async allocations from the one legacy
  * pool (XSEG_PRELOAD_ASYNC=pool, the default; =stream: a pool per stream),
  * the cap in cudaMemGetInfo, the
- * application's live bytes, and the stats written at exit
+ * application's live bytes, the block behind a pointer for the pointer
+ * queries (ptrquery.c), and the stats written at exit
  * (XSEG_PRELOAD_STATS).
  * A device xseg cannot serve (no backend, no such device, a fork child's
  * inherited allocator) is passed through to CUDA for good, once said on
@@ -38,7 +39,7 @@ static atomic_int g_inherited[PL_MAX_DEVICES]; /* in a fork child: the parent's 
 static atomic_size_t g_live[PL_MAX_DEVICES], g_live_peak[PL_MAX_DEVICES]; /* requested bytes */
 static atomic_ulong g_syncs[PL_MAX_DEVICES];   /* device syncs made by this library */
 
-static void say(const char *fmt, ...)
+void pl_say(const char *fmt, ...)
 {
     if (!g_verbose)
         return;
@@ -98,7 +99,7 @@ static void set_conf(void)
                         "through\n", env, xseg_last_error());
         g_off = 1;
     }
-    say("conf \"%s\"", conf);
+    pl_say("conf \"%s\"", conf);
     free(conf);
 }
 
@@ -118,13 +119,13 @@ static void set_free_mode(void)
     else if (f && *f && strcmp(f, "quarantine") != 0)
         fprintf(stderr, "xseg-preload: XSEG_PRELOAD_FREE=%s is not quarantine, sync or stream; "
                         "%s is used\n", f, g_mode_names[g_free_mode]);
-    say("frees: %s (quarantine bound %s)", g_mode_names[g_free_mode], pl_q_spec());
+    pl_say("frees: %s (quarantine bound %s)", g_mode_names[g_free_mode], pl_q_spec());
     const char *a = getenv("XSEG_PRELOAD_ASYNC");
     g_async_pool = !(a && strcmp(a, "stream") == 0);
     if (a && *a && g_async_pool && strcmp(a, "pool") != 0)
         fprintf(stderr, "xseg-preload: XSEG_PRELOAD_ASYNC=%s is not pool or stream; pool is "
                         "used\n", a);
-    say("async allocations: %s", g_async_pool ? "pool" : "stream");
+    pl_say("async allocations: %s", g_async_pool ? "pool" : "stream");
 }
 
 static void init(void)
@@ -144,7 +145,7 @@ static void init(void)
 static void pass_device(int d, const char *why)
 {
     if (d >= 0 && d < PL_MAX_DEVICES && !atomic_exchange(&g_pass[d], 1))
-        say("device %d: %s; its calls pass through to CUDA from now on", d, why);
+        pl_say("device %d: %s; its calls pass through to CUDA from now on", d, why);
 }
 
 /* The allocator of device d, created on first use; NULL: pass through. */
@@ -161,7 +162,7 @@ static xseg_t *device_xs(int d)
         return NULL;
     }
     atomic_store_explicit(&g_xs[d], xs, memory_order_release);
-    say("device %d: xseg allocator created (backend %s)", d, xseg_backend_name(xs));
+    pl_say("device %d: xseg allocator created (backend %s)", d, xseg_backend_name(xs));
     return xs;
 }
 
@@ -209,7 +210,7 @@ int pl_alloc(int device, size_t size, pl_stream stream, void **out)
             pass_device(device, "allocator inherited from the parent of a fork");
         } else {
             r = PL_FAILED;
-            say("allocation of %zu bytes on device %d: %s", size, device, xseg_last_error());
+            pl_say("allocation of %zu bytes on device %d: %s", size, device, xseg_last_error());
         }
     }
     pl_inside = old;
@@ -368,8 +369,40 @@ int pl_free(void *ptr, int async, pl_stream stream)
     if (r == PL_SERVED)
         live_sub(d, requested);
     else if (r == PL_FAILED)
-        say("free of %p on device %d: %s", ptr, d,
+        pl_say("free of %p on device %d: %s", ptr, d,
             st == XSEG_OK ? "freed already (in quarantine)" : xseg_last_error());
+    pl_inside = old;
+    return r;
+}
+
+/* ---- pointer queries ---- */
+
+/* ptr's process-wide allocator and device: 0 when it is not xseg's, or is
+ * the parent's of a fork. */
+static int owner(const void *ptr, xseg_t **xs, int *d)
+{
+    return ptr && xseg_default_owner(ptr, xs, d) == XSEG_OK && !atomic_load(&g_inherited[*d]);
+}
+
+int pl_owned(const void *ptr, int *device)
+{
+    xseg_t *xs = NULL;
+    return owner(ptr, &xs, device);
+}
+
+int pl_block(const void *ptr, void **base, size_t *size, int *device)
+{
+    xseg_t *xs = NULL;
+    int d = -1, old = pl_inside, r = PL_FAILED;
+    if (!owner(ptr, &xs, &d))
+        return PL_PASS;
+    pl_inside = 1;
+    xseg_status st = xseg_block_range(xs, ptr, base, size, NULL);
+    if (st == XSEG_ERR_FORKED)
+        r = PL_PASS;
+    else if (st == XSEG_OK && !pl_q_holds(d, *base)) /* quarantined: the program freed it */
+        r = PL_SERVED;
+    *device = d;
     pl_inside = old;
     return r;
 }

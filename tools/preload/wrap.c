@@ -28,21 +28,6 @@ typedef pl_result (*fn_cu_alloc_async)(pl_devptr *, size_t, pl_stream);
 typedef pl_result (*fn_cu_free)(pl_devptr);
 typedef pl_result (*fn_cu_free_async)(pl_devptr, pl_stream);
 
-/* Call the real function of `slot` with pl_inside set, and return its result. */
-#define PASS(slot, type, ...)                       \
-    do {                                            \
-        void *p_ = pl_real(slot);                   \
-        type fn_;                                   \
-        if (!p_)                                    \
-            return PL_ERR_NOT_INITIALIZED;          \
-        memcpy(&fn_, &p_, sizeof p_);               \
-        int old_ = pl_inside;                       \
-        pl_inside = 1;                              \
-        pl_result r_ = fn_(__VA_ARGS__);            \
-        pl_inside = old_;                           \
-        return r_;                                  \
-    } while (0)
-
 static int device_of(enum pl_slot slot, int *device)
 {
     void *p = pl_real(slot);
