@@ -176,8 +176,9 @@ static size_t premap_pages(const xseg_t *xs, size_t remaining)
 
 /* Pages per handle when live memory is mapped again at wake (sleep.c):
  * large handles whatever handle_size says (up to 1 GiB, or max_handle
- * when larger), since the whole run is wanted at once; a later partial
- * release splits them as it does any large handle. */
+ * when larger), since the whole run is wanted at once.  A handle goes
+ * back whole: a block freed later gives back the handles inside it, and
+ * the rest once the blocks around it go too (docs/sleep.md). */
 static size_t wake_pages(const xseg_t *xs, size_t remaining)
 {
     size_t gib = (size_t)1 << 30;

@@ -9,9 +9,12 @@
 #include "debug.h"
 #include "internal.h"
 
+/* A slab: SLAB_SLOTS slots, within [SLAB_MIN, SLAB_MAX].  Few slots: the free
+ * slots of slabs in use at a peak are memory nobody else can take
+ * (docs/design.md, "Blocks"). */
 #define SLAB_MIN (64u << 10)
-#define SLAB_MAX (2u << 20)
-#define SLAB_SLOTS 32u
+#define SLAB_MAX (256u << 10)
+#define SLAB_SLOTS 4u
 
 static void add_class(xseg_t *xs, uint32_t size)
 {

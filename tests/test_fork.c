@@ -9,6 +9,7 @@
  * points, graph pools and stats_shm), through exit() in the child, and at
  * exit in a fresh process whose exit handler, registered before xseg's
  * first use, still frees and allocates through the default allocator. */
+#include <execinfo.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -114,13 +115,29 @@ static void child_new_allocator(void)
     child_expect(xseg_destroy(mine) == XSEG_OK, "destroy of the child's allocator");
 }
 
+/* A hung child prints where it is (its one thread) before it dies: the
+ * function names come from the symbols the test exports (ENABLE_EXPORTS). */
+static void child_hung(int sig)
+{
+    static const char head[] = "child: hung for 20 s; its stack:\n";
+    void *frames[64];
+    int n = backtrace(frames, 64);
+    if (write(2, head, sizeof head - 1) < 0)
+        n = 0;
+    backtrace_symbols_fd(frames, n, 2);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 /* Run fn in a child (a hang becomes SIGALRM); its exit status. */
 static int in_child(void (*fn)(void *), void *arg)
 {
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
-        signal(SIGALRM, SIG_DFL); /* not Check's handler, which kills the group */
+        void *warm[1];
+        backtrace(warm, 1); /* loads the unwinder now, not in the handler */
+        signal(SIGALRM, child_hung); /* not Check's handler, which kills the group */
         alarm(20);
         child_bad = 0;
         fn(arg);
