@@ -744,7 +744,10 @@ static size_t round_page(const xseg_t *xs, size_t v)
     return v > SIZE_MAX - p ? SIZE_MAX : (v + p - 1) / p * p;
 }
 
-/* What the release threshold lets be mapped now (SIZE_MAX: no limit). */
+/* What the release threshold lets be mapped now (SIZE_MAX: no limit).
+ * The slack counts in whole pages (rounded down): below a page's worth of
+ * peak x release_slack it adds nothing, so small allocators keep the
+ * strict policy. */
 static size_t release_limit(const xseg_t *xs)
 {
     size_t rt = xs->conf.release_threshold;
@@ -752,7 +755,9 @@ static size_t release_limit(const xseg_t *xs)
         return SIZE_MAX;
     if (rt == XSEG_SIZE_AUTO) {
         size_t pk = xs->peak_alloc_ever > xs->arena_used ? xs->peak_alloc_ever : xs->arena_used;
-        return round_page(xs, pk + (size_t)((double)pk * xs->conf.release_slack));
+        size_t lim = round_page(xs, pk), extra = (size_t)((double)pk * xs->conf.release_slack);
+        extra -= extra % xs->arena.page;
+        return lim > SIZE_MAX - extra ? SIZE_MAX : lim + extra;
     }
     return xs->arena_used > SIZE_MAX - rt ? SIZE_MAX : round_page(xs, xs->arena_used) + rt;
 }

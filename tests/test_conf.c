@@ -87,7 +87,7 @@ START_TEST(test_defaults)
     ck_assert_int_eq(c.verbose, 0);
     ck_assert_int_eq(c.stats_shm, 0);
     ck_assert_uint_eq(c.history, 0);
-    ck_assert_double_eq(c.release_slack, 0.0);
+    ck_assert_double_eq(c.release_slack, 0.006);
     ck_assert_int_eq(c.placement, XSEG_PLACE_START);
 }
 END_TEST

@@ -47,10 +47,13 @@ static void replay_file(const char *name, double max_ratio, double max_ops_per_1
 
 /* 1.023 with placement:start (the default since the live-model runs:
  * 4-10x fewer page moves there); placement:pages gives 1.021 here
- * (docs/performance.md). */
+ * (docs/performance.md).  With release_slack:0.006 (the default since
+ * 2026-12-05) 1.007, at 13.3 map+unmap per 1000 events (4.4 with
+ * release_slack:0, issue 2's budget was 10): the slack buys the corpus's
+ * speed on the GPU (docs/benchmarks.md), and this trace pays in calls. */
 START_TEST(llama_serve)
 {
-    replay_file("llama_serve_s1.csv.gz", 1.03, 10);
+    replay_file("llama_serve_s1.csv.gz", 1.03, 15);
 }
 END_TEST
 

@@ -6,11 +6,20 @@
 // with any correct allocator), wall time, the time spent inside the
 // allocation calls, and the peak device memory in use per cudaMemGetInfo
 // sampled every 32 iterations (minus the use at start).
-// usage: cuda_churn [ITERS] [SEED]
+// MODE tells what runs, to bound what any allocator can reach:
+//   churn (the default): the allocations and the kernels, as above;
+//   gpu: the same kernels on the same sizes, in buffers allocated once before
+//        the clock starts (one per ring slot, of the largest size): the GPU's
+//        work and the launches alone, the floor of churn's wall time (a
+//        slot's buffer is reused after an event: cudaFree's ordering);
+//   alloc: the same allocations and frees without kernels: the allocator's
+//        own cost when the GPU is idle.
+// usage: cuda_churn [ITERS] [SEED] [churn|gpu|alloc]
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define CK(x)                                                                          \
@@ -76,6 +85,12 @@ int main(int argc, char **argv)
 {
     int iters = argc > 1 ? atoi(argv[1]) : 20000;
     uint64_t seed = argc > 2 ? strtoull(argv[2], NULL, 10) : 12345;
+    const char *mode = argc > 3 ? argv[3] : "churn";
+    int kernels = strcmp(mode, "alloc") != 0, allocs = strcmp(mode, "gpu") != 0;
+    if (!kernels && !allocs) {
+        printf("{\"error\":\"unknown mode %s (churn, gpu or alloc)\"}\n", mode);
+        return 2;
+    }
     uint64_t s = seed | 1;
     cudaStream_t st[2];
     unsigned long long *acc[2];
@@ -91,10 +106,19 @@ int main(int argc, char **argv)
     CK(cudaMemGetInfo(&free0, &total));
     size_t peak_used = 0, bytes = 0;
     slot ring[DEPTH] = {};
+    void *fixed[DEPTH] = {};
+    cudaEvent_t done[DEPTH] = {}; /* gpu: a slot's last kernels, before its reuse */
+    if (!allocs) /* the largest size the generator draws: 2^27 - 1 bytes, rounded */
+        for (int k = 0; k < DEPTH; k++) {
+            CK(cudaMalloc(&fixed[k], (size_t)1 << 27));
+            CK(cudaEventCreateWithFlags(&done[k], cudaEventDisableTiming));
+        }
     double alloc_s = 0, t0 = now();
     for (int i = 0; i < iters + DEPTH; i++) {
         slot *r = &ring[i % DEPTH];
-        if (r->p) {
+        if (r->p && !allocs) {
+            r->p = NULL;
+        } else if (r->p) {
             double a = now();
             if (r->async)
                 CK(cudaFreeAsync(r->p, st[r->stream]));
@@ -112,7 +136,12 @@ int main(int argc, char **argv)
         r->stream = (int)(rng(&s) & 1);
         r->async = (rng(&s) % 4) == 0;
         double a = now();
-        if (r->async)
+        if (!allocs) { /* the slot's buffer may still be read on the other stream */
+            r->p = fixed[i % DEPTH];
+            if (i >= DEPTH)
+                CK(cudaStreamWaitEvent(st[r->stream], done[i % DEPTH], 0));
+        }
+        else if (r->async)
             CK(cudaMallocAsync(&r->p, n, st[r->stream]));
         else
             CK(cudaMalloc(&r->p, n));
@@ -120,9 +149,14 @@ int main(int argc, char **argv)
         bytes += n;
         size_t words = n / 4;
         int blocks = (int)((words + 255) / 256 < 1024 ? (words + 255) / 256 : 1024);
-        fill<<<blocks, 256, 0, st[r->stream]>>>((uint32_t *)r->p, words, (uint32_t)i);
-        sum<<<blocks, 256, 0, st[r->stream]>>>((const uint32_t *)r->p, words, acc[r->stream]);
-        CK(cudaGetLastError());
+        if (kernels) {
+            fill<<<blocks, 256, 0, st[r->stream]>>>((uint32_t *)r->p, words, (uint32_t)i);
+            sum<<<blocks, 256, 0, st[r->stream]>>>((const uint32_t *)r->p, words,
+                                                   acc[r->stream]);
+            CK(cudaGetLastError());
+            if (!allocs)
+                CK(cudaEventRecord(done[i % DEPTH], st[r->stream]));
+        }
         if (i % 32 == 0) {
             CK(cudaMemGetInfo(&free_b, &total));
             size_t used = free0 > free_b ? free0 - free_b : 0;
@@ -132,13 +166,18 @@ int main(int argc, char **argv)
     }
     CK(cudaDeviceSynchronize());
     double wall = now() - t0;
+    for (int k = 0; k < DEPTH; k++)
+        if (fixed[k]) {
+            CK(cudaFree(fixed[k]));
+            CK(cudaEventDestroy(done[k]));
+        }
     unsigned long long h[2];
     CK(cudaMemcpy(&h[0], acc[0], 8, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(&h[1], acc[1], 8, cudaMemcpyDeviceToHost));
-    printf("{\"workload\":\"cuda_churn\",\"iters\":%d,\"seed\":%llu,\"checksum\":\"%016llx%016llx\","
+    printf("{\"workload\":\"cuda_churn\",\"mode\":\"%s\",\"iters\":%d,\"seed\":%llu,\"checksum\":\"%016llx%016llx\","
            "\"wall_s\":%.4f,\"alloc_free_s\":%.4f,\"bytes_allocated\":%zu,"
            "\"peak_used_bytes\":%zu,\"peak_source\":\"cudaMemGetInfo sampled every 32 "
            "iterations, minus the use at start\"}\n",
-           iters, (unsigned long long)seed, h[0], h[1], wall, alloc_s, bytes, peak_used);
+           mode, iters, (unsigned long long)seed, h[0], h[1], wall, alloc_s, bytes, peak_used);
     return 0;
 }

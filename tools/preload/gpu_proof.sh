@@ -136,6 +136,10 @@ for r in $(seq 1 "$rounds"); do
     step "churn_xseg_$r" 30 --xseg "$churn" "$iters"
     step "churn_xsegq_$r" 30 --xseg env XSEG_PRELOAD_QUARANTINE="$cq" "$churn" "$iters"
     step "churn_xsegs_$r" 30 --xseg env XSEG_PRELOAD_ASYNC=stream "$churn" "$iters"
+    # the bounds: the GPU's work alone, the allocations alone (plain and xseg)
+    step "churn_gpu_$r" 30 "$churn" "$iters" 12345 gpu
+    step "churn_allocplain_$r" 30 "$churn" "$iters" 12345 alloc
+    step "churn_allocxseg_$r" 30 --xseg "$churn" "$iters" 12345 alloc
 done
 # ---- CuPy ----
 w=$here/workloads.py
@@ -221,7 +225,10 @@ lines = ["# Preload proof (tools/preload/gpu_proof.sh)", "",
 # cuda_churn: rounds
 variants = [("without xseg", "churn_plain"), ("xseg (default quarantine)", "churn_xseg"),
             ("xseg (XSEG_PRELOAD_QUARANTINE bigger)", "churn_xsegq"),
-            ("xseg (XSEG_PRELOAD_ASYNC=stream: a pool per stream)", "churn_xsegs")]
+            ("xseg (XSEG_PRELOAD_ASYNC=stream: a pool per stream)", "churn_xsegs"),
+            ("bound: the GPU's work alone (buffers allocated once)", "churn_gpu"),
+            ("bound: allocations alone, without xseg (no kernels)", "churn_allocplain"),
+            ("bound: allocations alone, xseg (no kernels)", "churn_allocxseg")]
 lines += ["## cuda_churn, interleaved rounds", "",
           "| run | rounds ok | same result | wall s median (min-max) | speed-up (medians) | "
           "alloc+free s median (min-max) | peak used MiB (max) | xseg mapped peak MiB | "
@@ -242,13 +249,15 @@ for title, prefix in variants:
         continue
     sums = {res(r)["checksum"] for r in rs}
     same = "yes" if len(sums) == 1 and (prefix == "churn_plain" or sums == base_sums) else "**NO**"
+    if prefix.startswith("churn_alloc"):
+        same = "- (no kernels)"
     walls = [res(r)["wall_s"] for r in rs]
     sp = f"{base_wall / statistics.median(walls):.2f}x" if base_wall else "-"
     xs = [r.get("xseg") or {} for r in rs]
     mp = max((x.get("mapped_peak", 0) for x in xs), default=0) or None
     lp = max((x.get("live_peak", 0) for x in xs), default=0) or None
     ol = "-" if prefix == "churn_plain" else over_live({"mapped_peak": mp, "live_peak": lp})
-    sf = "-" if prefix == "churn_plain" else \
+    sf = "-" if prefix in ("churn_plain", "churn_gpu", "churn_allocplain") else \
         f"{sum(x.get('syncs', 0) for x in xs)} / {sum(x.get('free_calls', 0) for x in xs)}"
     bound = next((x.get("quarantine_bound") for x in xs if x.get("quarantine_bound")), None)
     lines.append(f"| {title}{' ' + bound if bound else ''} | {len(rs)}/{len(tried)} | {same} | "
