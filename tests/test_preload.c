@@ -288,13 +288,14 @@ static churn_line churn_of(const run *r)
 
 /* Run `mode` (churn, churnloop) with `extra` and `extra2` set (NULL:
  * none) and the stats at exit in `stats` (cap OUT_CAP). */
-static void churn_run2(run *r, const char *mode, const char *extra, const char *extra2,
-                       char *stats)
+static void churn_run3(run *r, const char *mode, const char *extra, const char *extra2,
+                       const char *extra3, char *stats)
 {
     char dir[] = "/tmp/xseg_preload_churnXXXXXX", env0[128], cmd[160];
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(env0, sizeof env0, "XSEG_PRELOAD_STATS=%s/s", dir);
-    const char *env[] = {env0, extra, extra ? extra2 : NULL, NULL};
+    const char *env[] = {env0, extra, extra ? extra2 : NULL, extra && extra2 ? extra3 : NULL,
+                         NULL};
     app(r, mode, PRELOAD, env);
     snprintf(cmd, sizeof cmd, "cat %s/s 2>/dev/null; rm -rf %s", dir, dir);
     FILE *f = popen(cmd, "r");
@@ -302,6 +303,12 @@ static void churn_run2(run *r, const char *mode, const char *extra, const char *
     stats[n] = '\0';
     if (f)
         pclose(f);
+}
+
+static void churn_run2(run *r, const char *mode, const char *extra, const char *extra2,
+                       char *stats)
+{
+    churn_run3(r, mode, extra, extra2, NULL, stats);
 }
 
 static void churn_run(run *r, const char *mode, const char *extra, char *stats)
@@ -370,8 +377,8 @@ START_TEST(double_free_while_in_flight_is_refused)
 {
     static char stats[OUT_CAP];
     run r;
-    churn_run2(&r, "doublefree", "XSEG_PRELOAD_QUARANTINE=64m,4", "FAKE_SYNC_DELAY_US=300000",
-               stats);
+    churn_run3(&r, "doublefree", "XSEG_PRELOAD_QUARANTINE=64m,4", "FAKE_SYNC_DELAY_US=300000",
+               "XSEG_PRELOAD_DRAIN=thread", stats);
     assert_clean(&r, "doublefree");
     assert_op(&r, "df_again", 1, -1);
     assert_op(&r, "df_alloc_after", 0, 0);
@@ -383,9 +390,9 @@ START_TEST(double_free_while_in_flight_is_refused)
 END_TEST
 
 /* The default bound (0.5% of the peak live bytes, at least 2 MiB) still
- * saves most syncs, made on the drain thread; the memory stays within a
- * few MiB of what a sync per free maps; quarantined and in flight together
- * stay within two bounds plus two blocks. */
+ * saves most syncs, made on the freeing thread (the default drain); the
+ * memory stays within a few MiB of what a sync per free maps; the
+ * quarantine stays within one bound plus one block (nothing in flight). */
 START_TEST(quarantine_default_memory)
 {
     static char stats[OUT_CAP], sync_stats[OUT_CAP];
@@ -400,8 +407,8 @@ START_TEST(quarantine_default_memory)
     ck_assert_msg(q > 0 && s > 0 && q <= s + (4 << 20), "mapped peak %lld (quarantine) vs %lld "
                   "(sync per free)", q, s);
     ck_assert_int_eq(stat_of(stats, "quarantine_bound_bytes"), 2 << 20);
-    ck_assert_int_le(stat_of(stats, "quarantine_peak_bytes"), 2 * ((2 << 20) + (4 << 20) + 4096));
-    ck_assert_int_gt(stat_of(stats, "drains_thread"), c.syncs / 2);
+    ck_assert_int_le(stat_of(stats, "quarantine_peak_bytes"), (2 << 20) + (4 << 20) + 4096);
+    ck_assert_int_eq(stat_of(stats, "drains_thread"), 0);
 }
 END_TEST
 
@@ -413,11 +420,13 @@ START_TEST(quarantine_bounded)
 {
     static char stats[OUT_CAP];
     run r;
-    churn_run(&r, "churnloop", "XSEG_PRELOAD_QUARANTINE=1m,16", stats);
+    churn_run2(&r, "churnloop", "XSEG_PRELOAD_QUARANTINE=1m,16", "XSEG_PRELOAD_DRAIN=thread",
+               stats);
     assert_clean(&r, "churn 1m,16");
     churn_line c = churn_of(&r);
     ck_assert_int_eq(c.reused, 0);
     ck_assert_int_ge(c.syncs, c.frees / 16);
+    ck_assert_int_gt(stat_of(stats, "drains_thread"), 0);
     long long peak = stat_of(stats, "quarantine_peak_bytes");
     ck_assert_msg(peak > 0 && peak <= 2 * ((1 << 20) + (4 << 20) + 4096),
                   "quarantine peak %lld bytes: %s", peak, stats);
@@ -448,10 +457,10 @@ START_TEST(early_reuse_is_seen_without_quarantine)
     c = churn_of(&r);
     ck_assert_int_eq(c.reused, 0);
     ck_assert_int_ge(c.syncs, c.frees);
-    churn_run(&r, "churnloop", "XSEG_PRELOAD_DRAIN=inline", stats); /* the default is thread */
+    churn_run(&r, "churnloop", "XSEG_PRELOAD_DRAIN=thread", stats); /* the default is inline */
     c = churn_of(&r);
     ck_assert_int_eq(c.reused, 0);
-    ck_assert_int_eq(stat_of(stats, "drains_thread"), 0);
+    ck_assert_int_gt(stat_of(stats, "drains_thread"), 0);
 }
 END_TEST
 
@@ -463,7 +472,7 @@ START_TEST(capture_refused_sync_keeps_blocks)
 {
     static char stats[OUT_CAP];
     run r;
-    churn_run2(&r, "churnloop", "FAKE_SYNC_CAPTURE=5", "XSEG_PRELOAD_DRAIN=inline", stats);
+    churn_run(&r, "churnloop", "FAKE_SYNC_CAPTURE=5", stats); /* inline, the default */
     assert_clean(&r, "refused syncs, inline");
     churn_line c = churn_of(&r);
     ck_assert_int_eq(c.reused, 0);
@@ -471,7 +480,7 @@ START_TEST(capture_refused_sync_keeps_blocks)
     ck_assert_int_ge(stat_of(stats, "quarantine_leaked_blocks"), 5);
     ck_assert_int_gt(leaked, 0);
     ck_assert_int_eq(stat_of(stats, "allocated_bytes"), leaked); /* still xseg's live blocks */
-    churn_run2(&r, "churnloop", "FAKE_SYNC_CAPTURE=1000000", NULL, stats);
+    churn_run2(&r, "churnloop", "FAKE_SYNC_CAPTURE=1000000", "XSEG_PRELOAD_DRAIN=thread", stats);
     assert_clean(&r, "refused syncs, thread");
     c = churn_of(&r);
     ck_assert_int_eq(c.reused, 0);

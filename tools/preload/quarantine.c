@@ -10,9 +10,13 @@
  *  - when the list passes its bound: more bytes than the bound or `count`
  *    blocks (XSEG_PRELOAD_QUARANTINE=BOUND[,COUNT]; BOUND in bytes, or a
  *    percentage of the application's peak live bytes on the device, at
- *    least 2 MiB; default 0.5%,1024).  That drain runs on a drain thread
- *    (XSEG_PRELOAD_DRAIN=thread, the default; =inline: on the caller), so
- *    the freeing thread goes on queueing work while the sync waits;
+ *    least 2 MiB; default 0.5%,1024).  That drain runs on the freeing
+ *    thread (XSEG_PRELOAD_DRAIN=inline, the default) or on a drain thread
+ *    (=thread), so that the freeing thread goes on queueing work while the
+ *    sync waits.  The thread was the default until 2026-12-05: on the H100
+ *    it held cuda_churn's mapped peak 11% over live against 3.5% inline,
+ *    for 1% of wall time (docs/preload.md), as blocks in flight on it are
+ *    still xseg's when the program allocates again;
  *  - before an allocation that xseg's cached bytes (mapped - allocated)
  *    cannot serve, and after one that made xseg map more: the quarantined
  *    blocks could have served it (on the caller, waiting for the thread's);
@@ -65,7 +69,7 @@ static quar g_q[PL_MAX_DEVICES];
 static double g_pct = DEFAULT_PCT;     /* > 0: the bound is a percentage */
 static size_t g_bound, g_count = DEFAULT_COUNT, g_set_size;
 static char g_spec[64] = "0.5%";
-static int g_async = 1;            /* XSEG_PRELOAD_DRAIN=thread (1) or inline (0) */
+static int g_async = 0;            /* XSEG_PRELOAD_DRAIN=thread (1) or inline (0, the default) */
 static pthread_once_t g_locks_once = PTHREAD_ONCE_INIT;
 
 static void init_locks(void)
@@ -131,9 +135,9 @@ int pl_q_configure(const char *env, char *why, size_t why_len)
         }
     }
     const char *drain = getenv("XSEG_PRELOAD_DRAIN");
-    g_async = !(drain && strcmp(drain, "inline") == 0);
+    g_async = drain && strcmp(drain, "thread") == 0;
     if (drain && *drain && strcmp(drain, "inline") != 0 && strcmp(drain, "thread") != 0 && !*why)
-        snprintf(why, why_len, "XSEG_PRELOAD_DRAIN=%s is neither thread nor inline; thread is "
+        snprintf(why, why_len, "XSEG_PRELOAD_DRAIN=%s is neither thread nor inline; inline is "
                  "used", drain);
     g_pct = pct;
     g_bound = bound;

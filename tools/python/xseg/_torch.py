@@ -82,7 +82,7 @@ def install(conf=None, patch_torch=True, native=False):
     """Switch PyTorch to xseg; call before PyTorch's first CUDA allocation.
 
     conf: None (XSEG_CONF), a "key:value,..." string or a dict
-    (docs/config.md); verbose:on, handle_size:page and release_slack:0 are added for the
+    (docs/config.md); verbose:on and handle_size:page are added for the
     keys it does not name (TORCH_DEFAULTS).  native: False (the default
     until the native module is proven on a GPU) uses the pluggable
     allocator; None tries the native allocator (xseg/_native.py: built on
@@ -140,11 +140,10 @@ def install(conf=None, patch_torch=True, native=False):
 # the library's message goes to stderr.  handle_size: a training or serving
 # loop runs at its peak step after step; memory mapped with one handle per
 # page moves between blocks without splitting a large handle, which costs
-# a wait for the GPU and new handles (docs/pytorch.md).  release_slack: the
-# core's default (0.006) was measured on the replay corpus, not on models;
-# on the Llama serving model a 0.5% slack made xseg move far more pages
-# (docs/config.md), so PyTorch keeps the strict 0 until models show better.
-TORCH_DEFAULTS = (("verbose", "on"), ("handle_size", "page"), ("release_slack", "0"))
+# a wait for the GPU and new handles (docs/pytorch.md).  release_slack is
+# the core's default (0.006): measured on models too (docs/pytorch.md,
+# "Twelfth session"), so PyTorch gets no value of its own.
+TORCH_DEFAULTS = (("verbose", "on"), ("handle_size", "page"))
 
 
 def apply_conf(text):
