@@ -9,8 +9,11 @@
 #     CHURN_ROUNDS (3) interleaved rounds of: without xseg, under xseg (the
 #     default quarantine), under xseg with XSEG_PRELOAD_QUARANTINE=$CHURN_QUARANTINE
 #     (256m), under xseg with XSEG_PRELOAD_ASYNC=stream (a pool per stream, the
-#     behaviour before one pool): median and min-max, since processes vary
-#     10-30%; and xseg's driver calls by op and caller driver time per run;
+#     behaviour before one pool), and the bounds: cuda_churn's gpu mode (the
+#     GPU's work alone, the floor of any allocator's wall time) and alloc
+#     mode (no kernels) without and under xseg: median and min-max, since
+#     processes vary 10-30%; and xseg's driver calls by op and caller driver
+#     time per run;
 #   CuPy with its pool off and on (tools/preload/workloads.py cupy),
 #   JAX with XLA_PYTHON_CLIENT_ALLOCATOR=platform (a small training loop), run
 #     twice without xseg to show whether it is deterministic by itself
@@ -23,7 +26,7 @@
 # whole within GPU_PROOF_BUDGET seconds (200); a failed or skipped step is
 # recorded and the next one runs.  Sizes: CHURN_ITERS (8000), CUPY_STEPS
 # (200), JAX_STEPS (100), TORCH_STEPS (100).
-case "${1:-}" in -h|--help|"") sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; [ -n "${1:-}" ]; exit $? ;; esac
+case "${1:-}" in -h|--help|"") sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; [ -n "${1:-}" ]; exit $? ;; esac
 set -u
 out=$(mkdir -p "$1" && cd "$1" && pwd) || { echo "gpu_proof: cannot create $1"; exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
