@@ -516,5 +516,74 @@ class CorpusRatiosTest(unittest.TestCase):
         self.assertEqual(p.returncode, 77, p.stdout + p.stderr)
 
 
+FAKE_BENCH = """#!/usr/bin/env python3
+# a stand-in for tools/gpu/bench: one replay line from the trace's name, the
+# allocator and XSEG_BENCH_CONF; a trace named fail*.csv.gz exits 1
+import json, os, sys
+a = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+name = os.path.basename(a["--trace"])
+if name.startswith("fail"):
+    sys.exit("bench: cannot read " + name)
+conf = os.environ.get("XSEG_BENCH_CONF", "") if a["--alloc"] == "xseg" else "torch"
+slow = {"torch": 0.1, "backend:cuda": 0.4, "backend:cuda,x:1": 0.2}[conf]
+ratio = {"torch": 1.5, "backend:cuda": 1.008, "backend:cuda,x:1": 1.02}[conf]
+if name.startswith("b") and conf != "torch":
+    slow /= 8  # trace b: xseg is faster than PyTorch there
+print(json.dumps({"alloc": a["--alloc"], "test": "replay", "replay_s": slow, "ratio": ratio}))
+"""
+
+
+class CorpusRounds(unittest.TestCase):
+    """tools/gpu/corpus_rounds.py with a stand-in bench: every mode of every
+    trace in every round, the table's medians, ratios, counts and geometric
+    mean, and a failed replay reported, not dropped."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = Path(self.tmp.name)
+        self.bench = self.dir / "bench"
+        self.bench.write_text(FAKE_BENCH)
+        self.bench.chmod(0o755)
+        self.out = self.dir / "out.jsonl"
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def run_rounds(self, *traces, confs=("backend:cuda", "backend:cuda,x:1"), rounds=2):
+        cmd = [sys.executable, str(GPU / "corpus_rounds.py"), "run", "--bench", str(self.bench),
+               "--out", str(self.out), "--rounds", str(rounds)]
+        for c in confs:
+            cmd += ["--conf", c]
+        return subprocess.run(cmd + [str(self.dir / t) for t in traces], capture_output=True,
+                              text=True, timeout=120)
+
+    def test_rounds_and_table(self):
+        p = self.run_rounds("a.csv.gz", "b.csv.gz")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        rows = [json.loads(l) for l in self.out.read_text().splitlines()]
+        self.assertEqual(len(rows), 2 * 2 * 3)  # rounds x traces x (torch + 2 confs)
+        self.assertEqual({(r["round"], r["tr"], r["conf"]) for r in rows},
+                         {(r, t, c) for r in (1, 2) for t in ("a", "b")
+                          for c in ("native", "backend:cuda", "backend:cuda,x:1")})
+        self.assertIn("| a | 1.5000, 0.100 (0.100-0.100) n=2 | 1.0080, 0.400 (0.400-0.400) n=2 "
+                      "| 1.0200, 0.200 (0.200-0.200) n=2 |", p.stdout)
+        self.assertIn("- `backend:cuda`: ratio <= 1.01 on 2 of 2 traces; replay time <= PyTorch "
+                      "native's on 1 (b); geometric mean of the medians against "
+                      "`backend:cuda`: 1.000", p.stdout)
+        self.assertIn("- `backend:cuda,x:1`: ratio <= 1.01 on 0 of 2 traces; replay time <= "
+                      "PyTorch native's on 1 (b); geometric mean of the medians against "
+                      "`backend:cuda`: 0.500", p.stdout)
+        t = subprocess.run([sys.executable, str(GPU / "corpus_rounds.py"), "table",
+                            str(self.out)], capture_output=True, text=True, timeout=60)
+        self.assertEqual(t.stdout.strip(), p.stdout.strip())
+
+    def test_failed_replay_is_reported(self):
+        p = self.run_rounds("a.csv.gz", "fail.csv.gz", confs=("backend:cuda",), rounds=1)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("| fail | - | - |", p.stdout)
+        self.assertIn("- 2 replays failed, first: fail `native`: exit 1: bench: cannot read "
+                      "fail.csv.gz", p.stdout)
+
+
 if __name__ == "__main__":
     unittest.main()
