@@ -87,7 +87,7 @@ int main(int argc, char **argv)
     uint64_t seed = argc > 2 ? strtoull(argv[2], NULL, 10) : 12345;
     const char *mode = argc > 3 ? argv[3] : "churn";
     int kernels = strcmp(mode, "alloc") != 0, allocs = strcmp(mode, "gpu") != 0;
-    if (!kernels && !allocs) {
+    if (kernels && allocs && strcmp(mode, "churn") != 0) {
         printf("{\"error\":\"unknown mode %s (churn, gpu or alloc)\"}\n", mode);
         return 2;
     }
@@ -140,8 +140,7 @@ int main(int argc, char **argv)
             r->p = fixed[i % DEPTH];
             if (i >= DEPTH)
                 CK(cudaStreamWaitEvent(st[r->stream], done[i % DEPTH], 0));
-        }
-        else if (r->async)
+        } else if (r->async)
             CK(cudaMallocAsync(&r->p, n, st[r->stream]));
         else
             CK(cudaMalloc(&r->p, n));
@@ -174,7 +173,8 @@ int main(int argc, char **argv)
     unsigned long long h[2];
     CK(cudaMemcpy(&h[0], acc[0], 8, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(&h[1], acc[1], 8, cudaMemcpyDeviceToHost));
-    printf("{\"workload\":\"cuda_churn\",\"mode\":\"%s\",\"iters\":%d,\"seed\":%llu,\"checksum\":\"%016llx%016llx\","
+    printf("{\"workload\":\"cuda_churn\",\"mode\":\"%s\",\"iters\":%d,\"seed\":%llu,"
+           "\"checksum\":\"%016llx%016llx\","
            "\"wall_s\":%.4f,\"alloc_free_s\":%.4f,\"bytes_allocated\":%zu,"
            "\"peak_used_bytes\":%zu,\"peak_source\":\"cudaMemGetInfo sampled every 32 "
            "iterations, minus the use at start\"}\n",
