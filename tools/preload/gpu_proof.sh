@@ -267,7 +267,7 @@ for title, prefix in variants:
     mp = max((x.get("mapped_peak", 0) for x in xs), default=0) or None
     lp = max((x.get("live_peak", 0) for x in xs), default=0) or None
     ol = "-" if prefix == "churn_plain" else over_live({"mapped_peak": mp, "live_peak": lp})
-    sf = "-" if prefix in ("churn_plain", "churn_gpu", "churn_allocplain") else \
+    sf = "-" if not any(xs) else \
         f"{sum(x.get('syncs', 0) for x in xs)} / {sum(x.get('free_calls', 0) for x in xs)}"
     bound = next((x.get("quarantine_bound") for x in xs if x.get("quarantine_bound")), None)
     lines.append(f"| {title}{' ' + bound if bound else ''} | {len(rs)}/{len(tried)} | {same} | "
