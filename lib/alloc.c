@@ -1045,6 +1045,8 @@ static xblock *find_after_flush(xseg_t *xs, xfit *f)
  * growth that is sequential gets a reserve. */
 #define XSEG_PREMAP_STREAK 32
 #define XSEG_PREMAP_MAX ((size_t)1 << 30)
+/* From this streak on, a refill is one handle (see premap_after). */
+#define XSEG_PREMAP_WHOLE 256
 
 /* The most that may be mapped ahead now (0: premap is off). */
 size_t xseg_premap_budget(const xseg_t *xs)
@@ -1086,15 +1088,15 @@ static void premap_after(xseg_t *xs, xblock *b)
     if (!ahead)
         return;
     size_t need = xarena_unmapped_bytes(xs, lo, lo + ahead);
-    if (need < ahead / 2)
-        return; /* still half full: map again when it runs low */
+    if (need < ahead / 4 * 3)
+        return; /* a quarter left: map again when it runs lower */
     if (xfam_over_cap(xs, need))
         return;
     size_t limit = release_limit(xs);
     if (limit != SIZE_MAX && xs->mapped.cur + need > limit + budget)
         return; /* the reserve is bounded: at most the budget over the threshold */
     size_t before = xs->mapped.cur;
-    if (xarena_premap(xs, lo, lo + ahead) != XSEG_OK)
+    if (xarena_premap(xs, lo, lo + ahead, xs->streak >= XSEG_PREMAP_WHOLE) != XSEG_OK)
         xseg_clear_error(); /* the allocation itself succeeded */
     xs->premapped += xs->mapped.cur - before;
     if (xs->mapped.cur > before && !(r->flags & XB_LRU))

@@ -168,10 +168,16 @@ static size_t pages_upto(const xseg_t *xs, size_t most_bytes, size_t remaining)
     return most && r > most ? pow2_floor(most) : r;
 }
 
-/* Pages per handle of a premapped run: up to max_handle. */
-static size_t premap_pages(const xseg_t *xs, size_t remaining)
+/* Pages per handle of a premapped run: up to max_handle, in powers of two
+ * (MAP_PREMAP: the tail can go back apart), or all of it in one handle
+ * (MAP_PREMAP_WHOLE: the driver takes any multiple of the granularity, and
+ * one handle is one create, one map and one handle to give access to). */
+static size_t premap_pages(const xseg_t *xs, size_t remaining, int whole)
 {
-    return pages_upto(xs, xs->max_handle, remaining);
+    size_t most = xs->max_handle >> xs->arena.shift;
+    if (!whole)
+        return pages_upto(xs, xs->max_handle, remaining);
+    return most && remaining > most ? most : remaining;
 }
 
 /* Pages per handle when live memory is mapped again at wake (sleep.c):
@@ -185,19 +191,20 @@ static size_t wake_pages(const xseg_t *xs, size_t remaining)
     return pages_upto(xs, xs->max_handle > gib ? xs->max_handle : gib, remaining);
 }
 
-enum { MAP_DEMAND, MAP_PREMAP, MAP_WAKE };
+enum { MAP_DEMAND, MAP_PREMAP, MAP_PREMAP_WHOLE, MAP_WAKE };
 
 /* Map pages [p0, p1), all unmapped, then one set_access over the run.
- * how: MAP_DEMAND (handle_pages), MAP_PREMAP (a run mapped ahead of
- * demand: premap_pages, XH_PREMAP) or MAP_WAKE (wake_pages). */
+ * how: MAP_DEMAND (handle_pages), MAP_PREMAP or MAP_PREMAP_WHOLE (a run
+ * mapped ahead of demand: premap_pages, XH_PREMAP) or MAP_WAKE
+ * (wake_pages). */
 static xseg_status map_run(xseg_t *xs, size_t p0, size_t p1, size_t request, int how)
 {
     xarena *ar = &xs->arena;
     size_t p = p0;
-    int rc = XDRV_SUCCESS, premap = how == MAP_PREMAP;
+    int rc = XDRV_SUCCESS, premap = how == MAP_PREMAP || how == MAP_PREMAP_WHOLE;
     xseg_op failed = XSEG_OP_CREATE;
     while (p < p1) {
-        size_t n = premap ? premap_pages(xs, p1 - p)
+        size_t n = premap ? premap_pages(xs, p1 - p, how == MAP_PREMAP_WHOLE)
                    : how == MAP_WAKE ? wake_pages(xs, p1 - p)
                                      : handle_pages(xs, request, p1 - p);
         size_t bytes = n << ar->shift;
@@ -275,9 +282,9 @@ xseg_status xarena_ensure_wake(xseg_t *xs, uintptr_t a, uintptr_t b)
     return ensure_runs(xs, a, b, b - a, MAP_WAKE);
 }
 
-xseg_status xarena_premap(xseg_t *xs, uintptr_t a, uintptr_t b)
+xseg_status xarena_premap(xseg_t *xs, uintptr_t a, uintptr_t b, int whole)
 {
-    return ensure_runs(xs, a, b, b - a, MAP_PREMAP);
+    return ensure_runs(xs, a, b, b - a, whole ? MAP_PREMAP_WHOLE : MAP_PREMAP);
 }
 
 int xarena_premapped(const xseg_t *xs, size_t p)

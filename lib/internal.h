@@ -611,9 +611,10 @@ void xarena_fini(xseg_t *xs, int call_driver);
 xseg_status xarena_ensure(xseg_t *xs, uintptr_t a, uintptr_t b, size_t request);
 /* Map [a, b) again at wake: large handles whatever handle_size says. */
 xseg_status xarena_ensure_wake(xseg_t *xs, uintptr_t a, uintptr_t b);
-/* The same for a run mapped ahead of demand: the fewest handles (powers of
- * two of pages, up to max_handle), flagged XH_PREMAP. */
-xseg_status xarena_premap(xseg_t *xs, uintptr_t a, uintptr_t b);
+/* The same for a run mapped ahead of demand, flagged XH_PREMAP: the
+ * fewest handles in powers of two of pages, or (whole) one handle, up to
+ * max_handle. */
+xseg_status xarena_premap(xseg_t *xs, uintptr_t a, uintptr_t b, int whole);
 /* 1 when the handle behind page p (mapped) was mapped ahead (XH_PREMAP). */
 int xarena_premapped(const xseg_t *xs, size_t p);
 /* A large handle reaching outside an allocation [a, b) into free space

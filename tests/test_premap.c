@@ -47,6 +47,34 @@ START_TEST(sequential_growth_maps_few_handles)
 }
 END_TEST
 
+/* A long streak: past XSEG_PREMAP_WHOLE allocations each refill is one
+ * handle (in powers of two a 48 MiB refill would be two or more). */
+START_TEST(a_long_streak_refills_in_one_handle)
+{
+    enum { LONG = 600, TAIL = 300 };
+    xseg_t *xs = t_host("premap:64MB,thread_cache:off");
+    static void *p[LONG];
+    uint64_t c0 = 0;
+    for (int i = 0; i < LONG; i++) {
+        if (i == LONG - TAIL)
+            c0 = t_stats(xs).driver_calls[XSEG_OP_CREATE];
+        ck_assert_int_eq(xseg_alloc(xs, 2 * MiB, NULL, &p[i]), XSEG_OK);
+    }
+    uint64_t creates = t_stats(xs).driver_calls[XSEG_OP_CREATE] - c0;
+    /* A refill comes when a quarter of the 64 MiB is left: one per 24
+     * allocations or so, one create each. */
+    ck_assert_uint_ge(creates, 1);
+    ck_assert_uint_le(creates, TAIL * 2 / 48 + 2);
+    ck_assert_uint_le(t_stats(xs).mapped_bytes.peak, (LONG * 2 + 64) * MiB);
+    T_CHECK(xs);
+    for (int i = 0; i < LONG; i++)
+        ck_assert_int_eq(xseg_free(xs, p[i]), XSEG_OK);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
+    xseg_destroy(xs);
+}
+END_TEST
+
 START_TEST(off_maps_a_handle_per_page)
 {
     xseg_t *xs = t_host("premap:off,thread_cache:off");
@@ -101,6 +129,7 @@ int main(void)
     Suite *s = suite_create("premap");
     TCase *tc = tcase_create("premap");
     tcase_add_test(tc, sequential_growth_maps_few_handles);
+    tcase_add_test(tc, a_long_streak_refills_in_one_handle);
     tcase_add_test(tc, off_maps_a_handle_per_page);
     tcase_add_test(tc, the_cap_bounds_the_reserve);
     tcase_add_test(tc, a_trimmed_arena_is_the_frontier_again);

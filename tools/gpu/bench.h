@@ -49,6 +49,7 @@ typedef struct bench_opts {
     int sample_in_timed;  /* replay: read cuMemGetInfo in the timed pass */
     int threads;          /* hot: threads for the threaded part */
     int threads_only;     /* hot: skip the one-thread part */
+    const char *gcase;    /* growth: run only this case (NULL: all, in order) */
 } bench_opts;
 
 int bench_hot(const bench_alloc *a, const bench_opts *o);

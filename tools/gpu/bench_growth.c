@@ -4,8 +4,10 @@
  * emptyCache, pool trim).  Each phase ends with a synchronisation and is
  * timed whole; cuMemGetInfo before, in between and after shows that the
  * memory was really taken and really returned.  REPS repetitions; the
- * median and the first (coldest) are reported. */
+ * median and the first (coldest) are reported.  --case NAME runs one case
+ * alone: its first repetition is then a fresh allocator's. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "bench.h"
 
@@ -105,9 +107,10 @@ int bench_growth(const bench_alloc *a, const bench_opts *o)
     bench_stream s = bench_stream_new();
     int rc = 0;
 
-    (void)o;
     for (size_t k = 0; k < sizeof k_cases / sizeof k_cases[0]; k++) {
         const growth_case *c = &k_cases[k];
+        if (o->gcase && strcmp(o->gcase, c->name) != 0)
+            continue; /* --case: this one alone, on an allocator that saw no other */
         void **p = calloc((size_t)c->count, sizeof *p);
         growth_rep r[REPS];
         uint64_t since[BENCH_MAX_OPS] = {0};

@@ -2,6 +2,7 @@
  *     bench --alloc xseg|async|torch|torch-exp|cudamalloc|xseg-keep
  *           --test env|hot|growth|replay|diag-stream [--trace FILE]
  *           [--threads N] [--threads-only] [--budget SECONDS] [--sample-in-timed]
+ *           [--case NAME]  (growth: one case alone, 1GiBx40 or 2MiBx10000)
  * One contender and one test per process, so that every contender starts
  * from a fresh device context and reads its own baseline.  Results go to
  * stdout as JSON lines, messages to stderr.  Exit status 0, 1 (the test
@@ -30,7 +31,8 @@ static int usage(void)
 {
     fprintf(stderr, "usage: bench --alloc xseg|async|torch|torch-exp|cudamalloc|xseg-keep "
                     "--test env|hot|growth|replay|diag-stream [--trace FILE] [--threads N] "
-                    "[--threads-only] [--budget SECONDS] [--sample-in-timed]\n");
+                    "[--threads-only] [--budget SECONDS] [--sample-in-timed]\n"
+                    "             [--case 1GiBx40|2MiBx10000]\n");
     return 2;
 }
 
@@ -56,6 +58,8 @@ static int parse(int argc, char **argv, const char **alloc, const char **test, b
             o->threads = atoi(v);
         else if (strcmp(k, "--budget") == 0)
             o->budget_s = atof(v);
+        else if (strcmp(k, "--case") == 0)
+            o->gcase = v;
         else
             return -1;
     }
@@ -78,7 +82,7 @@ static int run_test(const bench_alloc *a, const char *test, const bench_opts *o)
 int main(int argc, char **argv)
 {
     const char *alloc = "xseg", *test = NULL;
-    bench_opts o = {NULL, 0, 0, 16, 0};
+    bench_opts o = {NULL, 0, 0, 16, 0, NULL};
     const bench_alloc *a;
     char err[512] = "";
     int rc;

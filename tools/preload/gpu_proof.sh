@@ -2,9 +2,15 @@
 # gpu_proof.sh: the preload proof of issue 17 on a GPU machine (docs/preload.md).
 # usage: tools/preload/gpu_proof.sh OUT [BUILD_DIR]
 # Builds libxseg and libxseg_preload.so (BUILD_DIR, default build-preload-gpu
-# in the repository root; -DXSEG_BUILD_TESTS=OFF) and cuda_churn.cu (nvcc),
-# then runs each workload without xseg and under xseg-run, and, for CuPy,
-# through xseg.cupy_allocator():
+# in the repository root; -DXSEG_BUILD_TESTS=OFF), cuda_churn.cu (nvcc) and
+# ptr_check.c (cc, against the shared libcudart and libcuda), then runs each
+# workload without xseg and under xseg-run, and, for CuPy, through
+# xseg.cupy_allocator():
+#   ptr_check (plain C, first: pointer queries): cudaPointerGetAttributes,
+#     cuPointerGetAttribute and cuMemGetAddressRange at the start, middle and
+#     last byte of cudaMalloc, cudaMallocAsync and cuMemAlloc blocks, and
+#     their data; IPC handles, a freed block and a stack address compared
+#     (under xseg with XSEG_PRELOAD_VERBOSE=1, so the IPC refusal is said);
 #   cuda_churn (plain CUDA C: cudaMalloc/cudaFree of varied sizes, two streams),
 #     CHURN_ROUNDS (3) interleaved rounds of: without xseg, under xseg (the
 #     default quarantine), under xseg with XSEG_PRELOAD_QUARANTINE=$CHURN_QUARANTINE
@@ -23,11 +29,12 @@
 # Writes under OUT: results.jsonl (one line per run: step, rc, the
 # workload's JSON, xseg's own figures from XSEG_PRELOAD_STATS), summary.md
 # (checksums against the run without xseg, wall time, peaks, memory over
-# live), logs/.  Deadline-bounded: every step runs under `timeout`, the
-# whole within GPU_PROOF_BUDGET seconds (200); a failed or skipped step is
-# recorded and the next one runs.  Sizes: CHURN_ITERS (8000), CUPY_STEPS
-# (200), JAX_STEPS (100), TORCH_STEPS (100).
-case "${1:-}" in -h|--help|"") sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; [ -n "${1:-}" ]; exit $? ;; esac
+# live; ptr_check's checks per run and the facts that differ), logs/.
+# Deadline-bounded: every step runs under `timeout`, the whole within
+# GPU_PROOF_BUDGET seconds (200); a failed or skipped step is recorded and
+# the next one runs.  Sizes: CHURN_ITERS (8000), CUPY_STEPS (200),
+# JAX_STEPS (100), TORCH_STEPS (100).
+case "${1:-}" in -h|--help|"") sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; [ -n "${1:-}" ]; exit $? ;; esac
 set -u
 out=$(mkdir -p "$1" && cd "$1" && pwd) || { echo "gpu_proof: cannot create $1"; exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
@@ -129,6 +136,22 @@ step build 120 bash -c "cmake -S '$root' -B '$build' -DCMAKE_BUILD_TYPE=Release 
 step nvcc 60 nvcc -O2 -o "$out/bin/cuda_churn" "$here/cuda_churn.cu"
 export XSEG_LIBRARY=$build/lib/libxseg.so.0
 unset XSEG_CONF LD_PRELOAD
+
+# ---- pointer queries (ptr_check.c, plain C): without xseg and under xseg ----
+# Linked against the shared runtime (its cudaMalloc and cudaPointerGetAttributes
+# are the preload library's by symbol) and the stubs libcuda, which serves the
+# link only: the run path names the toolkit's lib dir, never stubs/, so the
+# driver's libcuda.so.1 is the one loaded.
+cudalib=$cuda/lib64
+for d in "$cuda/lib64" "$cuda"/targets/*-linux/lib "$cuda/lib"; do
+    if [ -e "$d/libcudart.so" ]; then cudalib=$d; break; fi
+done
+step ptr_check_cc 60 bash -c 'cc -O2 -I"$1/include" -o "$3" "$4" -L"$2" -L"$2/stubs" \
+    -Wl,-rpath,"$2" -lcudart -lcuda && readelf -d "$3" | grep -E "NEEDED|RPATH|RUNPATH" &&
+    ! readelf -d "$3" | grep -E "RPATH|RUNPATH" | grep -q stubs && ldd "$3" &&
+    ! ldd "$3" | grep -q "/stubs/"' _ "$cuda" "$cudalib" "$out/bin/ptr_check" "$here/ptr_check.c"
+step ptr_check_plain 30 "$out/bin/ptr_check"
+step ptr_check_xseg 30 --xseg env XSEG_PRELOAD_VERBOSE=1 "$out/bin/ptr_check"
 
 churn=$out/bin/cuda_churn
 iters=${CHURN_ITERS:-8000}
@@ -330,6 +353,41 @@ if len(pw) > 1 and len(xw) > 1:
               f"{statistics.median(pw) / statistics.median(xw):.2f}x (medians)."]
 if notes:
     lines += ["", "Differences:"] + notes
+
+# ptr_check: pointer queries without xseg and under xseg
+lines += ["", "## Pointer queries (ptr_check)", "",
+          "Checks: cudaPointerGetAttributes, cuPointerGetAttribute (range, type, ordinal) and "
+          "cuMemGetAddressRange at the start, middle and last byte of cudaMalloc, "
+          "cudaMallocAsync and cuMemAlloc blocks (1 KiB, 3 MiB + 5, 64 MiB), ranges disjoint, "
+          "data read back. A failure without xseg is CUDA's own answer "
+          "(logs/ptr_check_plain.log).", "",
+          "| run | checks passed | failed checks |", "|---|---|---|"]
+facts = {}
+for title, n in (("without xseg", "ptr_check_plain"), ("xseg", "ptr_check_xseg")):
+    r, w = by.get(n), res(by.get(n))
+    facts[n] = w.get("info") or {}
+    if "checks" not in w:
+        why = "not run" if not r else f"rc {r['rc']}, no result (logs/{n}.log)"
+        lines.append(f"| {title} | - | {why} |")
+        continue
+    names = w.get("failed_names") or []
+    shown = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
+    lines.append(f"| {title} | {w['checks'] - w['failed']}/{w['checks']} | {shown or '-'} |")
+fa, fb = facts["ptr_check_plain"], facts["ptr_check_xseg"]
+if fa and fb:
+    keys = list(fa) + [k for k in fb if k not in fa]
+    diff = [k for k in keys if fa.get(k) != fb.get(k)]
+    lines += ["", "ptr_check's facts that differ (without xseg / under xseg):" if diff else
+              "ptr_check's facts: all the same without xseg and under xseg."]
+    lines += [f"- {k}: {fa.get(k, '-')} / {fb.get(k, '-')}" for k in diff]
+try:
+    said = next((l.strip() for l in open(by["ptr_check_xseg"]["log"], errors="replace")
+                 if "refused with" in l), None)
+except (KeyError, OSError):
+    said = None
+if said:
+    lines += ["", f"xseg's refusal, said with XSEG_PRELOAD_VERBOSE=1: `{said[:400]}`"]
+
 flags = res(by.get("jax_plain")).get("xla_flags")
 lines += ["", f"JAX ran with XLA_FLAGS={flags!r}.",
           "", "Steps: " + ", ".join(f"{r['step']} rc={r['rc']} ({r['seconds']:.0f} s)"
