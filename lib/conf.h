@@ -35,8 +35,8 @@ typedef enum xseg_backend_kind {
  * or the time of the CUDA driver's calls on an H200 (driver_host.h). */
 enum { XSEG_LATENCY_OFF = 0, XSEG_LATENCY_H200 = 1 };
 
-/* premap: off (stored as 1 byte, 0 being auto); a size is the most that
- * may be mapped ahead of demand. */
+/* premap: auto (0, the default), off (stored as 1 byte); a size is the
+ * most that may be mapped ahead of demand. */
 #define XSEG_PREMAP_OFF ((size_t)1)
 
 /* reclaim: who makes the driver calls nobody waits for (auto: the worker
@@ -120,7 +120,7 @@ X(placement, int, XSEG_PLACE_START, placement, 0, 0, "start or pages") \
 /* XSEG_LATENCY_OFF / XSEG_LATENCY_H200 */ \
 X(host_driver_latency, int, XSEG_LATENCY_OFF, latency, 0, 0, "off or h200") \
 /* XSEG_SIZE_AUTO, XSEG_PREMAP_OFF, or the most mapped ahead */ \
-X(premap, size_t, XSEG_PREMAP_OFF, premap, 0, 0, "auto, off, or a size such as 64MB") \
+X(premap, size_t, XSEG_SIZE_AUTO, premap, 0, 0, "auto, off, or a size such as 64MB") \
 /* XSEG_RECLAIM_SYNC / XSEG_RECLAIM_WORKER */ \
 X(reclaim, int, XSEG_RECLAIM_AUTO, reclaim, 0, 0, "auto, sync or worker") \
 /* XSEG_SIZE_AUTO, or the most the worker may hold in flight */ \
