@@ -207,11 +207,11 @@ class InstallConf(unittest.TestCase):
 
     def test_conf_is_set_with_torch_defaults(self):
         self.assertEqual(self.install({"max_mapped": "1GB"}),
-                         ["max_mapped:1GB,verbose:on,handle_size:page", str(1 << 30)])
+                         ["max_mapped:1GB,verbose:on,handle_size:page,premap:off", str(1 << 30)])
 
     def test_named_keys_are_kept(self):
-        self.assertEqual(self.install("handle_size:auto,verbose:off"),
-                         ["handle_size:auto,verbose:off", "0"])
+        self.assertEqual(self.install("handle_size:auto,verbose:off,premap:auto"),
+                         ["handle_size:auto,verbose:off,premap:auto", "0"])
 
 
 class OldTorchWithoutGraphHooks(WithTorch):

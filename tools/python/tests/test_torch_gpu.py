@@ -58,7 +58,7 @@ CONF = """
 import os, torch, xseg
 xseg.install({"release_threshold": "1GB", "alloc_retries": 4})
 assert os.environ["XSEG_CONF"] == (
-    "release_threshold:1GB,alloc_retries:4,verbose:on,handle_size:page")
+    "release_threshold:1GB,alloc_retries:4,verbose:on,handle_size:page,premap:off")
 torch.ones(10, device="cuda")
 print("OK")
 """

@@ -82,8 +82,8 @@ def install(conf=None, patch_torch=True, native=False):
     """Switch PyTorch to xseg; call before PyTorch's first CUDA allocation.
 
     conf: None (XSEG_CONF), a "key:value,..." string or a dict
-    (docs/config.md); verbose:on and handle_size:page are added for the
-    keys it does not name (TORCH_DEFAULTS).  native: False (the default
+    (docs/config.md); verbose:on, handle_size:page and premap:off are
+    added for the keys it does not name (TORCH_DEFAULTS).  native: False (the default
     until the native module is proven on a GPU) uses the pluggable
     allocator; None tries the native allocator (xseg/_native.py: built on
     first use, raises torch.OutOfMemoryError, torch's own stats) and falls
@@ -140,10 +140,14 @@ def install(conf=None, patch_torch=True, native=False):
 # the library's message goes to stderr.  handle_size: a training or serving
 # loop runs at its peak step after step; memory mapped with one handle per
 # page moves between blocks without splitting a large handle, which costs
-# a wait for the GPU and new handles (docs/pytorch.md).  release_slack is
-# the core's default (0.006): measured on models too (docs/pytorch.md,
-# "Twelfth session"), so PyTorch gets no value of its own.
-TORCH_DEFAULTS = (("verbose", "on"), ("handle_size", "page"))
+# a wait for the GPU and new handles (docs/pytorch.md).  premap: the
+# reserve maps ahead in large handles whatever handle_size says, and holds
+# up to 1/128 of the peak over live; on four model families it was slower
+# and took more memory than premap:off (docs/pytorch.md, "premap on
+# models").  release_slack is the core's default (0.006): measured on
+# models too (docs/pytorch.md, "Twelfth session"), so PyTorch gets no value
+# of its own.
+TORCH_DEFAULTS = (("verbose", "on"), ("handle_size", "page"), ("premap", "off"))
 
 
 def apply_conf(text):
