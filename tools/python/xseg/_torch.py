@@ -83,9 +83,9 @@ def install(conf=None, patch_torch=True, native=False):
 
     conf: None (XSEG_CONF), a "key:value,..." string or a dict
     (docs/config.md); verbose:on, handle_size:page and premap:off are
-    added for the keys it does not name (TORCH_DEFAULTS).  native: False (the default
-    until the native module is proven on a GPU) uses the pluggable
-    allocator; None tries the native allocator (xseg/_native.py: built on
+    added for the keys it does not name (TORCH_DEFAULTS).  native: False
+    (the default until the native module is proven on a GPU) uses the
+    pluggable allocator; None tries the native allocator (xseg/_native.py: built on
     first use, raises torch.OutOfMemoryError, torch's own stats) and falls
     back to the pluggable one, saying why on stderr; True requires it.
     XSEG_NATIVE=1 in the environment makes the default None.  patch_torch (pluggable only): make torch.cuda.memory_stats
