@@ -94,6 +94,8 @@ static xseg_status slab_new(xseg_t *xs, xstream *s, int cls, xslab **out)
     size_t bytes = (size_t)sz * SLAB_SLOTS;
     bytes = bytes < SLAB_MIN ? SLAB_MIN : bytes > SLAB_MAX ? SLAB_MAX : bytes;
     uint32_t n = (uint32_t)(bytes / sz);
+    if (!n)
+        n = 1; /* a class above SLAB_MAX (small_size up to 1 MiB): one slot */
     xslab *sl = spare_of_class(xs, cls);
     if (!sl) {
         sl = calloc(1, sizeof *sl);

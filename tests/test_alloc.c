@@ -171,6 +171,34 @@ START_TEST(small_classes)
 }
 END_TEST
 
+/* small_size up to its maximum (1 MiB): classes above a slab's largest
+ * size (256 KiB) get slabs of one slot (they had none: a crash). */
+START_TEST(small_classes_up_to_one_mib)
+{
+    xseg_t *xs = t_host("small_size:1MB");
+    static const size_t sizes[] = {200 * 1024, 300 * 1024, 700 * 1024, 1000 * 1024, MiB};
+    enum { N = sizeof sizes / sizeof sizes[0] };
+    void *p[2 * N];
+    for (int i = 0; i < 2 * N; i++) {
+        size_t n = sizes[i % N], r, q;
+        ck_assert_int_eq(xseg_alloc(xs, n, NULL, &p[i]), XSEG_OK);
+        ck_assert_int_eq(xseg_block_size(xs, p[i], &r, &q), XSEG_OK);
+        ck_assert_uint_eq(q, n);
+        ck_assert_uint_ge(r, n);
+        ck_assert_uint_le(r, n + n / 4 + 512);
+        t_fill(p[i], n, (uint32_t)i);
+    }
+    for (int i = 0; i < 2 * N; i++)
+        ck_assert_msg(t_check(p[i], sizes[i % N], (uint32_t)i), "block %d corrupted", i);
+    ck_assert_int_eq(xseg_check(xs), XSEG_OK);
+    for (int i = 0; i < 2 * N; i++)
+        ck_assert_int_eq(xseg_free(xs, p[i]), XSEG_OK);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
+    xseg_destroy(xs);
+}
+END_TEST
+
 START_TEST(rounding_power2_divisions)
 {
     xseg_t *xs = t_host("roundup_power2_divisions:4");
@@ -551,6 +579,7 @@ static Suite *suite(void)
     tcase_add_test(tc, shrink_keeps_neighbours);
     tcase_add_test(tc, split_and_coalesce);
     tcase_add_test(tc, small_classes);
+    tcase_add_test(tc, small_classes_up_to_one_mib);
     tcase_add_test(tc, rounding_power2_divisions);
     tcase_add_test(tc, max_split_size_keeps_large_blocks);
     tcase_add_test(tc, caching_off_returns_memory);
