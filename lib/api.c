@@ -346,7 +346,16 @@ xseg_status xseg_block_size(xseg_t *xs, const void *ptr, size_t *rounded, size_t
 
 /* ---- trim and stats ---- */
 
-/* xseg_trim (wait) and xseg_trim_start (no wait, the worker unbounded). */
+/* Cached bytes that trim may give back: mapped, not allocated, not
+ * already on their way back through the worker. */
+static size_t trim_cached(const xseg_t *xs)
+{
+    size_t cached = xs->mapped.cur > xs->allocated.cur ? xs->mapped.cur - xs->allocated.cur : 0;
+    return xs->releasing_bytes < cached ? cached - xs->releasing_bytes : 0;
+}
+
+/* xseg_trim (wait: the caller releases) and xseg_trim_start (no wait, the
+ * worker unbounded). */
 static xseg_status trim(xseg_t *xs, size_t keep, size_t *released, int wait)
 {
     CHECK_XS(xs);
@@ -358,16 +367,23 @@ static xseg_status trim(xseg_t *xs, size_t keep, size_t *released, int wait)
     xblk_moved_process(xs, 1);
     xseg_drop_empty_slabs(xs);
     xarena_release_orphans(xs); /* handles whose release failed before */
-    size_t cached = xs->mapped.cur > xs->allocated.cur ? xs->mapped.cur - xs->allocated.cur : 0;
-    if (xs->releasing_bytes < cached)
-        cached -= xs->releasing_bytes; /* already on their way back */
-    else
-        cached = 0;
     size_t handed = 0;
-    if (cached > keep)
-        handed = xseg_reclaim_async(xs, cached - keep, 1, !wait);
-    if (wait)
-        xworker_drain_locked(xs); /* trim returns once the memory is back */
+    if (wait) {
+        /* The caller waits for the memory anyway: the worker's queue is
+         * finished first, then the rest is released here, on one thread,
+         * in runs of handles (one unmap each).  Two threads in the driver
+         * at once gave memory back 1.2-1.6x slower than one on an H100
+         * (tools/gpu/vmm_probe.c, docs/performance.md). */
+        xworker_drain_locked(xs);
+        size_t cached = trim_cached(xs);
+        if (cached > keep)
+            (void)xseg_reclaim(xs, cached - keep, 1);
+        xworker_drain_locked(xs); /* old mappings of moved handles it queued */
+    } else {
+        size_t cached = trim_cached(xs);
+        if (cached > keep)
+            handed = xseg_reclaim_async(xs, cached - keep, 1, 1);
+    }
     if (released)
         *released = wait ? (size_t)(xs->released - before) : handed;
     xseg_status st = XSEG_OK;

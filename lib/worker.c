@@ -59,15 +59,41 @@ static xrelease *queue_pop(struct xworker *w)
     return j;
 }
 
+/* The end of the run of handles to do from i that lie next to each other
+ * (a job lists them in address order). */
+static uint32_t run_end(const xrelease *job, uint32_t i)
+{
+    uint32_t j = i + 1;
+    while (j < job->n && job->h[j].state == XREL_TODO &&
+           job->h[j].va == job->h[j - 1].va + job->h[j - 1].bytes)
+        j++;
+    return j;
+}
+
+/* Unmap handles [i, j) of a job in one call (the driver takes a range of
+ * several mappings: tools/gpu/vmm_probe.c); 1 if it did. */
+static int unmap_run(xseg_t *xs, xrelease *job, uint32_t i, uint32_t j)
+{
+    uintptr_t end = job->h[j - 1].va + job->h[j - 1].bytes;
+    return j - i > 1 && xdrv_unmap(xs, job->h[i].va, end - job->h[i].va) == XDRV_SUCCESS;
+}
+
 /* The driver calls of a job, no lock held: each handle still to do is
- * unmapped, then released. */
+ * unmapped (a run of adjacent ones in one call; one by one if that call
+ * fails), then released. */
 static void job_run(xseg_t *xs, xrelease *job)
 {
+    uint32_t unmapped_to = 0; /* handles below it were unmapped by a run */
     for (uint32_t i = 0; i < job->n; i++) {
         xrel_handle *h = &job->h[i];
         if (h->state != XREL_TODO)
             continue;
-        int rc = xdrv_unmap(xs, h->va, h->bytes);
+        if (i >= unmapped_to) {
+            uint32_t j = run_end(job, i);
+            if (unmap_run(xs, job, i, j))
+                unmapped_to = j;
+        }
+        int rc = i < unmapped_to ? XDRV_SUCCESS : xdrv_unmap(xs, h->va, h->bytes);
         if (rc != XDRV_SUCCESS) {
             h->state = XREL_UNMAP_FAILED;
             h->rc = rc;
