@@ -181,7 +181,9 @@ XSEG_API xseg_status xseg_block_range(xseg_t *xs, const void *ptr, void **base, 
 
 /* Give cached free memory back to the device, keeping at most `keep` cached
  * bytes mapped; waits (on events) for the GPU where needed.  *released (may
- * be NULL) receives the number of physical bytes released. */
+ * be NULL) receives the number of physical bytes released.  With a reclaim
+ * worker it first waits for the worker's queue, then releases the rest on
+ * the calling thread (one thread in the driver at a time is the fastest). */
 XSEG_API xseg_status xseg_trim(xseg_t *xs, size_t keep, size_t *released);
 /* xseg_trim without the wait for the memory to be back: the whole handles
  * of cached memory beyond `keep` go to the reclaim worker (reclaim:worker),
