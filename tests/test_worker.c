@@ -135,29 +135,44 @@ START_TEST(releases_leave_the_callers_thread)
 }
 END_TEST
 
-/* 16 free blocks of 8 MiB between live ones, given back by `trim`
- * (xseg_trim or xseg_trim_start) under a 8 MiB reclaim_inflight: the
- * caller's unmap and release time. */
-static uint64_t caller_release_ns(xseg_status (*trim)(xseg_t *, size_t, size_t *), size_t *got)
+/* An allocator (conf, with premap off: the bytes given back are exactly
+ * the freed blocks') holding 16 free blocks of 8 MiB between 16 live ones
+ * (p[odd]). */
+static xseg_t *holes_of_8mib(const char *conf, void *p[32])
 {
-    /* premap off: the bytes given back are exactly the freed blocks' */
-    xseg_t *xs = t_host("reclaim:worker,reclaim_inflight:8MB,thread_cache:off,premap:off");
-    void *p[32];
+    char c[160];
+    snprintf(c, sizeof c, "%s,thread_cache:off,premap:off", conf);
+    xseg_t *xs = t_host(c);
     for (int i = 0; i < 32; i++)
         ck_assert_int_eq(xseg_alloc(xs, 8 * MiB, NULL, &p[i]), XSEG_OK);
     for (int i = 0; i < 32; i += 2)
         ck_assert_int_eq(xseg_free(xs, p[i]), XSEG_OK);
-    ck_assert_int_eq(trim(xs, 0, got), XSEG_OK);
-    uint64_t ns = side_ns(xs, XSEG_SIDE_CALLER, XSEG_OP_RELEASE) +
-                  side_ns(xs, XSEG_SIDE_CALLER, XSEG_OP_UNMAP);
-    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK); /* waits for the worker */
-    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 128 * MiB); /* the live ones */
+    return xs;
+}
+
+/* Free the 16 live blocks of holes_of_8mib, trim: nothing left. */
+static void holes_end(xseg_t *xs, void *p[32])
+{
     for (int i = 1; i < 32; i += 2)
         ck_assert_int_eq(xseg_free(xs, p[i]), XSEG_OK);
     ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
     ck_assert_uint_eq(live_handles(xs), 0);
     T_CHECK(xs);
     xseg_destroy(xs);
+}
+
+/* The 16 holes given back by `trim` (xseg_trim or xseg_trim_start) under
+ * a 8 MiB reclaim_inflight: the caller's unmap and release time. */
+static uint64_t caller_release_ns(xseg_status (*trim)(xseg_t *, size_t, size_t *), size_t *got)
+{
+    void *p[32];
+    xseg_t *xs = holes_of_8mib("reclaim:worker,reclaim_inflight:8MB", p);
+    ck_assert_int_eq(trim(xs, 0, got), XSEG_OK);
+    uint64_t ns = side_ns(xs, XSEG_SIDE_CALLER, XSEG_OP_RELEASE) +
+                  side_ns(xs, XSEG_SIDE_CALLER, XSEG_OP_UNMAP);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK); /* waits for the worker */
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 128 * MiB); /* the live ones */
+    holes_end(xs, p);
     return ns;
 }
 
@@ -180,12 +195,8 @@ END_TEST
  * unmap per run. */
 START_TEST(trim_releases_on_the_callers_thread)
 {
-    xseg_t *xs = t_host("reclaim:worker,thread_cache:off,premap:off");
     void *p[32];
-    for (int i = 0; i < 32; i++)
-        ck_assert_int_eq(xseg_alloc(xs, 8 * MiB, NULL, &p[i]), XSEG_OK);
-    for (int i = 0; i < 32; i += 2)
-        ck_assert_int_eq(xseg_free(xs, p[i]), XSEG_OK);
+    xseg_t *xs = holes_of_8mib("reclaim:worker", p);
     xseg_stats s0 = t_stats(xs);
     size_t released = 0;
     ck_assert_int_eq(xseg_trim(xs, 0, &released), XSEG_OK);
@@ -198,12 +209,7 @@ START_TEST(trim_releases_on_the_callers_thread)
     ck_assert_uint_eq(s.driver_calls[XSEG_OP_RELEASE] - s0.driver_calls[XSEG_OP_RELEASE],
                       s0.handles.current - s.handles.current);
     ck_assert_uint_eq(live_handles(xs), s.handles.current);
-    for (int i = 1; i < 32; i += 2)
-        ck_assert_int_eq(xseg_free(xs, p[i]), XSEG_OK);
-    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
-    ck_assert_uint_eq(live_handles(xs), 0);
-    T_CHECK(xs);
-    xseg_destroy(xs);
+    holes_end(xs, p);
 }
 END_TEST
 
