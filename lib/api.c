@@ -376,9 +376,8 @@ static xseg_status trim(xseg_t *xs, size_t keep, size_t *released, int wait)
          * (tools/gpu/vmm_probe.c, docs/performance.md). */
         xworker_drain_locked(xs);
         size_t cached = trim_cached(xs);
-        if (cached > keep)
+        if (cached > keep) /* queues nothing: its moved unmaps run here too */
             (void)xseg_reclaim(xs, cached - keep, 1);
-        xworker_drain_locked(xs); /* old mappings of moved handles it queued */
     } else {
         size_t cached = trim_cached(xs);
         if (cached > keep)

@@ -2,8 +2,9 @@
  * size (a probe of the VMM API itself, not of xseg).  For each handle size
  * S it maps TOTAL bytes as TOTAL/S adjacent handles in one reservation
  * (create + map each, one set_access over the whole) and gives them back
- * three ways, timing each:
- *   each:    cuMemUnmap + cuMemRelease per handle (what xseg's trim does);
+ * four ways, timing each:
+ *   each:    cuMemUnmap + cuMemRelease per handle (what xseg's reclaim
+ *            worker did until 627a3f5; it now unmaps runs, as `one`);
  *   one:     one cuMemUnmap over the whole range (several mappings), then
  *            cuMemRelease per handle; its return code says whether the
  *            driver takes a range of several mappings at all;
