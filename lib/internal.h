@@ -89,7 +89,7 @@ typedef struct xslab {
     uint32_t *next_free;        /* free list links */
     uint32_t *req;              /* requested size per slot (0 = free) */
     _Atomic uint64_t *gen;      /* generation per slot, as xblock.gen */
-    struct xslab *spare_next;   /* in xs->spare_slabs (metadata is recycled) */
+    struct xslab *spare_next;   /* in xs->spare_slabs[cls] (metadata is recycled) */
     int listed;
 } xslab;
 
@@ -259,7 +259,8 @@ struct xseg {
     } shrinker;
     uint64_t gen_next;    /* last generation handed out */
     atomic_int nuses;     /* record_stream uses live: thread caches step aside */
-    xslab *spare_slabs;   /* recycled slab metadata */
+    xslab *spare_slabs[XSEG_MAX_CLASSES]; /* recycled slab metadata, per class:
+                                           * a new slab takes its class's in O(1) */
     /* tags (tags.c): each tag's memory is an allocator of its own */
     char *conf_text;      /* the conf it was made with (its tags' start from it) */
     int drv_shared;       /* the driver context is the parent's (drv.c) */

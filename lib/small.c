@@ -63,6 +63,13 @@ static void link_slab(xslab *sl)
     sl->listed = 1;
 }
 
+/* Slab metadata of class sl->cls, kept for the next slab of that class. */
+static void spare_push(xseg_t *xs, xslab *sl)
+{
+    sl->spare_next = xs->spare_slabs[sl->cls];
+    xs->spare_slabs[sl->cls] = sl;
+}
+
 /* The block goes back to the arena; the metadata is kept for reuse, never
  * freed while the allocator lives (thread caches may read its gen words). */
 static void slab_destroy(xseg_t *xs, xslab *sl)
@@ -72,20 +79,16 @@ static void slab_destroy(xseg_t *xs, xslab *sl)
     xblock *b = sl->blk;
     b->slab = NULL;
     b->flags &= ~XB_SLAB;
-    sl->spare_next = xs->spare_slabs;
-    xs->spare_slabs = sl;
+    spare_push(xs, sl);
     xblk_free(xs, b);
 }
 
 static xslab *spare_of_class(xseg_t *xs, int cls)
 {
-    for (xslab **p = &xs->spare_slabs; *p; p = &(*p)->spare_next)
-        if ((*p)->cls == (uint32_t)cls) {
-            xslab *sl = *p;
-            *p = sl->spare_next;
-            return sl;
-        }
-    return NULL;
+    xslab *sl = xs->spare_slabs[cls];
+    if (sl)
+        xs->spare_slabs[cls] = sl->spare_next;
+    return sl;
 }
 
 static xseg_status slab_new(xseg_t *xs, xstream *s, int cls, xslab **out)
@@ -113,8 +116,7 @@ static xseg_status slab_new(xseg_t *xs, xstream *s, int cls, xslab **out)
     xblock *b = NULL;
     xseg_status st = xblk_alloc(xs, s, (size_t)n * sz, (size_t)n * sz, &b);
     if (st != XSEG_OK) {
-        sl->spare_next = xs->spare_slabs;
-        xs->spare_slabs = sl;
+        spare_push(xs, sl);
         return st;
     }
     for (uint32_t i = 0; i < n; i++)
@@ -207,11 +209,12 @@ void xsmall_fini(xseg_t *xs)
     for (xblock *b = xs->first_block; b; b = b->anext)
         if (b->flags & XB_SLAB)
             free_slab_meta(b->slab);
-    while (xs->spare_slabs) {
-        xslab *sl = xs->spare_slabs;
-        xs->spare_slabs = sl->spare_next;
-        free_slab_meta(sl);
-    }
+    for (uint32_t c = 0; c < XSEG_MAX_CLASSES; c++)
+        while (xs->spare_slabs[c]) {
+            xslab *sl = xs->spare_slabs[c];
+            xs->spare_slabs[c] = sl->spare_next;
+            free_slab_meta(sl);
+        }
     free(xs->class_of);
     xs->class_of = NULL;
 }
