@@ -26,7 +26,9 @@
  *  - Latency model (xseg_host_set_latency): create, release, map, unmap and
  *    set_access can be made to last as long as the CUDA driver's do (per
  *    call or handle, plus per 2 MiB); the time is spent spinning after the
- *    lock is given back.
+ *    lock is given back.  Timed calls of every thread and context take
+ *    turns on one timeline, as the CUDA driver serialises them (two threads
+ *    in it were slower than one on an H100: tools/gpu/vmm_probe.c).
  * Every public operation takes the context's mutex; the process-wide
  * counters (xseg_host_counts_global) have their own.
  */
@@ -34,6 +36,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -950,6 +953,22 @@ static uint64_t model_ns(xseg_host_cost k, uint64_t calls, size_t size)
     return (uint64_t)k.call_ns * calls + (uint64_t)k.per_2mib_ns * units_of(size);
 }
 
+/* The end of the last timed call on the process's one driver timeline. */
+static _Atomic uint64_t g_driver_free_at;
+
+/* A timed call that came in at t0 and lasts ns: it starts once the calls
+ * before it on the timeline have ended, then holds the timeline; returns
+ * when it ends.  Its state change was made at once (under the context's
+ * lock): only its time waits, so calls still overlap for the busy sets. */
+static uint64_t driver_turn(uint64_t t0, uint64_t ns)
+{
+    uint64_t cur = atomic_load(&g_driver_free_at), end;
+    do
+        end = (cur > t0 ? cur : t0) + ns;
+    while (!atomic_compare_exchange_weak(&g_driver_free_at, &cur, end));
+    return end;
+}
+
 /* Spin on this thread until CLOCK_MONOTONIC reads `end`.  A spin (a vDSO
  * clock read, tens of ns) keeps microsecond figures exact; nanosleep would
  * add the timer slack (50 us by default), more than most of the figures,
@@ -964,7 +983,8 @@ static void spin_until(uint64_t end)
  * model's time for the cost `field` of c->lat over `calls` calls (or
  * handles) and `size` bytes, both read under the lock before expr runs:
  * the backend's own work counts towards it, the rest is spun after the
- * lock is given back. */
+ * lock is given back, behind the timed calls of other threads
+ * (driver_turn). */
 #define LOCKED_TIMED(c, field, calls, size, expr)                   \
     do {                                                            \
         host_ctx *c_ = (c);                                         \
@@ -975,7 +995,7 @@ static void spin_until(uint64_t end)
         int r_ = (expr);                                            \
         pthread_mutex_unlock(&c_->lock);                            \
         if (r_ == XDRV_SUCCESS && ns_)                              \
-            spin_until(t0_ + ns_);                                  \
+            spin_until(driver_turn(t0_, ns_));                      \
         return r_;                                                  \
     } while (0)
 
@@ -1071,7 +1091,7 @@ static int busy_call(host_ctx *c, int release, uint64_t h, uintptr_t va, size_t 
     int r = release ? release_locked(c, h) : unmap_locked(c, va, size);
     pthread_mutex_unlock(&c->lock);
     if (r == XDRV_SUCCESS && ns)
-        spin_until(t0 + ns);
+        spin_until(driver_turn(t0, ns));
     busy_give(c, &b);
     return r;
 }

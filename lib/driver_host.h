@@ -44,8 +44,10 @@ void xseg_host_set_event_lag(void *ctx, unsigned lag);
  *                          + per_2mib_ns x 2 MiB units of the range,
  * (units rounded up; at least one handle): the call lasts at least that
  * long, its own work included, the rest spent spinning on CLOCK_MONOTONIC
- * after the context's lock is given back.  All zero: calls take only their
- * real time. */
+ * after the context's lock is given back.  Timed calls take turns: one
+ * that comes in while another thread's (of any context) has not ended
+ * starts when that one ends, as in the CUDA driver.  All zero: calls take
+ * only their real time. */
 typedef struct xseg_host_cost {
     uint32_t call_ns;     /* per call, or per handle (set_access, unmap) */
     uint32_t per_2mib_ns; /* per 2 MiB of the call's size */

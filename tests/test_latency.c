@@ -2,9 +2,11 @@
  * host_driver_latency, driver_host.h's xseg_host_set_latency) and the
  * public driver time (xseg_driver_time): under h200 every create, map,
  * set_access, unmap and release lasts at least its modelled time, and
- * the caller-side driver time counts it; off parses and changes no call;
+ * the caller-side driver time counts it; calls of two threads take turns
+ * on one timeline; off parses and changes no call;
  * bad values are refused naming the key.  Lower bounds only: no test
  * asserts that anything is fast. */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -130,6 +132,53 @@ START_TEST(backend_charges_per_call_handle_and_2mib)
 }
 END_TEST
 
+/* Timed calls take turns, as in the CUDA driver: two threads, each with a
+ * context of its own, each creating N handles of 1 ms, last at least 2 x N
+ * ms together (side by side they would take N). */
+enum { TURNS = 10 };
+
+static void *create_in_turn(void *arg)
+{
+    const xseg_driver *d = &xseg_driver_host;
+    void *ctx = arg;
+    uint64_t h[TURNS];
+    for (int i = 0; i < TURNS; i++)
+        if (d->create(ctx, 2 * MiB, &h[i]) != XDRV_SUCCESS)
+            return (void *)1;
+    for (int i = 0; i < TURNS; i++)
+        if (d->release(ctx, h[i]) != XDRV_SUCCESS)
+            return (void *)1;
+    return NULL;
+}
+
+START_TEST(calls_of_two_threads_take_turns)
+{
+    const xseg_driver *d = &xseg_driver_host;
+    const xseg_host_cost ms = {1000000, 0}, none = {0, 0};
+    xseg_host_latency lat = {ms, none, none, none, none};
+    void *ctx[2];
+    pthread_t t[2];
+    char err[256];
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(d->init(&ctx[i], 0, 64 * MiB, err, sizeof err), XDRV_SUCCESS);
+        xseg_host_set_latency(ctx[i], &lat);
+    }
+    uint64_t t0 = mono_ns();
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, create_in_turn, ctx[i]), 0);
+    for (int i = 0; i < 2; i++) {
+        void *r;
+        ck_assert_int_eq(pthread_join(t[i], &r), 0);
+        ck_assert_ptr_null(r);
+    }
+    uint64_t took = mono_ns() - t0;
+    ck_assert_msg(took >= 2u * TURNS * 1000000u, "2 x %d creates of 1 ms on two threads took "
+                  "%llu ns: they overlapped", TURNS, (unsigned long long)took);
+    for (int i = 0; i < 2; i++)
+        d->fini(ctx[i]);
+}
+END_TEST
+
 /* A fixed sequence's driver calls and peak, for comparing confs. */
 static xseg_stats run_sequence(const char *extra)
 {
@@ -215,6 +264,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, h200_calls_take_the_modelled_time);
     tcase_add_test(tc, backend_charges_per_call_handle_and_2mib);
+    tcase_add_test(tc, calls_of_two_threads_take_turns);
     tcase_add_test(tc, off_parses_and_changes_nothing);
     tcase_add_test(tc, bad_values_name_the_key);
     tcase_add_test(tc, driver_time_checks_its_arguments);
