@@ -83,17 +83,17 @@ static int unmap_run(xseg_t *xs, xrelease *job, uint32_t i, uint32_t j)
  * fails), then released. */
 static void job_run(xseg_t *xs, xrelease *job)
 {
-    uint32_t unmapped_to = 0; /* handles below it were unmapped by a run */
+    uint32_t run_to = 0; /* the run being done ends here */
+    int run_unmapped = 0; /* and one call unmapped it */
     for (uint32_t i = 0; i < job->n; i++) {
         xrel_handle *h = &job->h[i];
         if (h->state != XREL_TODO)
             continue;
-        if (i >= unmapped_to) {
-            uint32_t j = run_end(job, i);
-            if (unmap_run(xs, job, i, j))
-                unmapped_to = j;
+        if (i >= run_to) {
+            run_to = run_end(job, i);
+            run_unmapped = unmap_run(xs, job, i, run_to);
         }
-        int rc = i < unmapped_to ? XDRV_SUCCESS : xdrv_unmap(xs, h->va, h->bytes);
+        int rc = run_unmapped ? XDRV_SUCCESS : xdrv_unmap(xs, h->va, h->bytes);
         if (rc != XDRV_SUCCESS) {
             h->state = XREL_UNMAP_FAILED;
             h->rc = rc;
