@@ -444,12 +444,16 @@ START_TEST(old_mappings_of_moved_handles_go_to_the_worker)
 }
 END_TEST
 
-/* Gate: while closed, the worker's unmaps wait in the fault hook (2 s at
- * most, then they go on and say so), so a test can hold the worker inside
+/* Gate: while closed, the worker's unmaps wait in the fault hook (GATE_MS
+ * at most, then they go on and say so), so a test can hold the worker inside
  * a job and see whether the caller waits for it. */
 static struct {
     int closed, inside, timed_out;
 } g_gate;
+
+/* Bounds, not expected waits: a loaded CI machine under TSan may leave the
+ * worker or the test's thread unscheduled for seconds. */
+#define GATE_MS 15000
 
 static int gate_hook(void *user, int op)
 {
@@ -458,20 +462,20 @@ static int gate_hook(void *user, int op)
         return XDRV_SUCCESS;
     __atomic_store_n(&g_gate.inside, 1, __ATOMIC_SEQ_CST);
     int ms = 0;
-    while (__atomic_load_n(&g_gate.closed, __ATOMIC_SEQ_CST) && ms++ < 2000) {
+    while (__atomic_load_n(&g_gate.closed, __ATOMIC_SEQ_CST) && ms++ < GATE_MS) {
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
-    if (ms > 2000)
+    if (ms > GATE_MS)
         __atomic_store_n(&g_gate.timed_out, 1, __ATOMIC_SEQ_CST);
     __atomic_store_n(&g_gate.inside, 0, __ATOMIC_SEQ_CST);
     return XDRV_SUCCESS;
 }
 
-/* Wait (up to 2 s) until the worker is inside the gate. */
+/* Wait (up to GATE_MS) until the worker is inside the gate. */
 static int worker_in_gate(void)
 {
-    for (int ms = 0; ms < 2000; ms++) {
+    for (int ms = 0; ms < GATE_MS; ms++) {
         if (__atomic_load_n(&g_gate.inside, __ATOMIC_SEQ_CST))
             return 1;
         struct timespec ts = {0, 1000000};
