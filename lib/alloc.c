@@ -1034,7 +1034,8 @@ static xblock *find_after_flush(xseg_t *xs, xfit *f)
  * mapped there (fit_reserve) and call no driver function, and sequential
  * growth maps one handle per reserve instead of one per page.  The reserve
  * is memory over the live bytes: premap:auto holds at most 1/128 of the
- * peak of allocated bytes (4 MiB at least, 1 GiB at most), premap:SIZE at
+ * peak of allocated bytes, or 1/64 of a long streak's growth when that is
+ * more (4 MiB at least, 1 GiB at most), premap:SIZE at
  * most SIZE, within the cap and at most that over the release threshold;
  * it is cached memory like any other (reclaim and trim give it back).
  * Growth that is not sequential (holes filled between live blocks) gets no
@@ -1045,8 +1046,18 @@ static xblock *find_after_flush(xseg_t *xs, xfit *f)
  * growth that is sequential gets a reserve. */
 #define XSEG_PREMAP_STREAK 32
 #define XSEG_PREMAP_MAX ((size_t)1 << 30)
-/* From this streak on, a refill is one handle (see premap_after). */
+/* From this streak on, a refill is one handle (see premap_after), and the
+ * budget is at least 1/XSEG_PREMAP_STREAK_DIV of what the streak grew the
+ * allocated bytes by (not of the bytes it allocated: 2000 streams that
+ * each took 3 MiB at the frontier and gave it back grew nothing): a
+ * fresh allocator's peak grows with the streak itself, so a budget from the
+ * peak alone starts small, and 10,000 x 2 MiB took 765 handles (each one
+ * create, map and set_access, and one unmap and release when given back)
+ * where this takes 462 (host model, docs/config.md "premap").  What it may
+ * leave mapped past a streak's end is at most that budget, and the next
+ * growth takes it. */
 #define XSEG_PREMAP_WHOLE 256
+#define XSEG_PREMAP_STREAK_DIV 64
 
 /* The most that may be mapped ahead now (0: premap is off). */
 size_t xseg_premap_budget(const xseg_t *xs)
@@ -1056,6 +1067,9 @@ size_t xseg_premap_budget(const xseg_t *xs)
         return 0;
     if (c == XSEG_SIZE_AUTO) {
         c = xs->peak_alloc_ever / 128;
+        size_t grown = xs->arena_used > xs->streak_base ? xs->arena_used - xs->streak_base : 0;
+        if (xs->streak >= XSEG_PREMAP_WHOLE && grown / XSEG_PREMAP_STREAK_DIV > c)
+            c = grown / XSEG_PREMAP_STREAK_DIV;
         c = c < XSEG_PREMAP_MIN ? XSEG_PREMAP_MIN : c > XSEG_PREMAP_MAX ? XSEG_PREMAP_MAX : c;
     }
     return c / xs->arena.page * xs->arena.page;
@@ -1173,7 +1187,8 @@ xseg_status xblk_alloc(xseg_t *xs, xstream *s, size_t size, size_t request, xblo
         return st;
     }
     if (frontier_after(xs, b)) {
-        xs->streak++;
+        if (!xs->streak++)
+            xs->streak_base = xs->arena_used - b->size;
         if (xs->streak >= XSEG_PREMAP_STREAK)
             premap_after(xs, b);
     } else {

@@ -240,6 +240,7 @@ struct xseg {
                              pages mapped ahead (premap); checked before use */
     uint64_t premapped;   /* bytes mapped ahead of demand, total */
     uint32_t streak;      /* consecutive allocations at the growth frontier */
+    size_t streak_base;   /* arena_used before the streak's first allocation */
     /* monitoring (history.c, shm.c) */
     void *hist;           /* event ring buffer, NULL when history is off */
     void *shm;            /* live-stats publication, NULL when stats_shm is off */

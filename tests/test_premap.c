@@ -75,6 +75,30 @@ START_TEST(a_long_streak_refills_in_one_handle)
 }
 END_TEST
 
+/* A fresh allocator: its peak grows with the streak, so a budget from the
+ * peak alone (1/128 of it) starts small and 1500 x 2 MiB took 440 handles;
+ * from the 256th allocation on the budget is also 1/64 of the streak's
+ * bytes (299 handles), and no more than that stays mapped over live. */
+START_TEST(a_fresh_streak_sizes_its_reserve_from_itself)
+{
+    enum { M = 1500 };
+    xseg_t *xs = t_host("thread_cache:off"); /* premap:auto */
+    static void *p[M];
+    for (int i = 0; i < M; i++)
+        ck_assert_int_eq(xseg_alloc(xs, 2 * MiB, NULL, &p[i]), XSEG_OK);
+    xseg_stats s = t_stats(xs);
+    size_t live = (size_t)M * 2 * MiB;
+    ck_assert_uint_le(s.driver_calls[XSEG_OP_CREATE], 340);
+    ck_assert_uint_le(s.mapped_bytes.peak, live + live / 64 + 4 * MiB);
+    T_CHECK(xs);
+    for (int i = 0; i < M; i++)
+        ck_assert_int_eq(xseg_free(xs, p[i]), XSEG_OK);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
+    xseg_destroy(xs);
+}
+END_TEST
+
 START_TEST(off_maps_a_handle_per_page)
 {
     xseg_t *xs = t_host("premap:off,thread_cache:off");
@@ -130,6 +154,7 @@ int main(void)
     TCase *tc = tcase_create("premap");
     tcase_add_test(tc, sequential_growth_maps_few_handles);
     tcase_add_test(tc, a_long_streak_refills_in_one_handle);
+    tcase_add_test(tc, a_fresh_streak_sizes_its_reserve_from_itself);
     tcase_add_test(tc, off_maps_a_handle_per_page);
     tcase_add_test(tc, the_cap_bounds_the_reserve);
     tcase_add_test(tc, a_trimmed_arena_is_the_frontier_again);
