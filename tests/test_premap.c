@@ -27,6 +27,18 @@ static void free_all(xseg_t *xs, void **p)
     }
 }
 
+/* Check xs, free p[0..n), trim: nothing stays mapped (the reserve
+ * included); destroy. */
+static void free_trim_destroy(xseg_t *xs, void **p, int n)
+{
+    T_CHECK(xs);
+    for (int i = 0; i < n; i++)
+        ck_assert_int_eq(xseg_free(xs, p[i]), XSEG_OK);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
+    xseg_destroy(xs);
+}
+
 START_TEST(sequential_growth_maps_few_handles)
 {
     xseg_t *xs = t_host("premap:64MB,thread_cache:off");
@@ -66,19 +78,14 @@ START_TEST(a_long_streak_refills_in_one_handle)
     ck_assert_uint_ge(creates, 1);
     ck_assert_uint_le(creates, TAIL * 2 / 48 + 2);
     ck_assert_uint_le(t_stats(xs).mapped_bytes.peak, (LONG * 2 + 64) * MiB);
-    T_CHECK(xs);
-    for (int i = 0; i < LONG; i++)
-        ck_assert_int_eq(xseg_free(xs, p[i]), XSEG_OK);
-    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
-    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
-    xseg_destroy(xs);
+    free_trim_destroy(xs, p, LONG);
 }
 END_TEST
 
 /* A fresh allocator: its peak grows with the streak, so a budget from the
  * peak alone (1/128 of it) starts small and 1500 x 2 MiB took 440 handles;
  * from the 256th allocation on the budget is also 1/64 of the streak's
- * bytes (299 handles), and no more than that stays mapped over live. */
+ * growth (299 handles), and no more than that stays mapped over live. */
 START_TEST(a_fresh_streak_sizes_its_reserve_from_itself)
 {
     enum { M = 1500 };
@@ -90,12 +97,7 @@ START_TEST(a_fresh_streak_sizes_its_reserve_from_itself)
     size_t live = (size_t)M * 2 * MiB;
     ck_assert_uint_le(s.driver_calls[XSEG_OP_CREATE], 340);
     ck_assert_uint_le(s.mapped_bytes.peak, live + live / 64 + 4 * MiB);
-    T_CHECK(xs);
-    for (int i = 0; i < M; i++)
-        ck_assert_int_eq(xseg_free(xs, p[i]), XSEG_OK);
-    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
-    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
-    xseg_destroy(xs);
+    free_trim_destroy(xs, p, M);
 }
 END_TEST
 
