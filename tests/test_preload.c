@@ -610,6 +610,18 @@ static long long op_calls(const char *stats, const char *name)
     return p && sscanf(p + strlen(pat), "%lld", &v) == 1 ? v : -1;
 }
 
+/* What the application called of interposed function `name` (the stats
+ * line's "calls" object); -1: none. */
+static long long app_calls(const char *stats, const char *name)
+{
+    const char *p = strstr(stats, "\"calls\":{");
+    char pat[64];
+    long long v = -1;
+    snprintf(pat, sizeof pat, "\"%s\":", name);
+    p = p ? strstr(p, pat) : NULL;
+    return p && sscanf(p + strlen(pat), "%lld", &v) == 1 ? v : -1;
+}
+
 /* cuda_churn's sequence (the app's cudachurn mode, which
  * tools/preload/host_churn.py runs for the host figures of docs/preload.md):
  * the same line without xseg and with both XSEG_PRELOAD_ASYNC modes, every
@@ -643,6 +655,15 @@ START_TEST(cuda_churn_sequence)
                       strstr(per_stream, "\"async\":\"stream\""),
                   "alloc_calls %lld, live peak %lld, mapped peak %lld: %s", allocs, live_peak,
                   mapped_peak, pool);
+    /* The calls the app made, counted at the interposed entry points: its
+     * 600 allocations and frees plus the one of its static constructor. */
+    long long mallocs = app_calls(pool, "cudaMalloc"), amallocs = app_calls(pool, "cudaMallocAsync");
+    long long frees = app_calls(pool, "cudaFree"), afrees = app_calls(pool, "cudaFreeAsync");
+    ck_assert_msg(mallocs > 0 && amallocs > 0 && mallocs + amallocs == 601 && afrees > 0 &&
+                      frees + afrees == 601 && app_calls(pool, "cuMemAlloc_v2") == 0 &&
+                      app_calls(pool, "dlsym") >= 0,
+                  "calls: cudaMalloc %lld, cudaMallocAsync %lld, cudaFree %lld, cudaFreeAsync "
+                  "%lld: %s", mallocs, amallocs, frees, afrees, pool);
     long long ev_pool = op_calls(pool, "event_record"), ev_str = op_calls(per_stream, "event_record");
     long long sa_pool = op_calls(pool, "set_access"), sa_str = op_calls(per_stream, "set_access");
     /* (The page moves, seen in set-access calls, are fewer with one pool in

@@ -73,6 +73,14 @@ enum pl_slot {
  * the one found in libcuda / libcudart, or the one the application's own
  * dlsym / cuGetProcAddress was given); NULL when none can be found. */
 void *pl_real(enum pl_slot slot);
+/* Count a call the application made to interposed function `slot`
+ * (calls made while pl_inside is set are this library's own and do not
+ * count); pl_count_dlsym the same for dlsym.  pl_calls_json writes them as
+ * {"cudaMalloc":N,...,"dlsym":N} (every interposed function, 0 included)
+ * into buf (cap n). */
+void pl_count(enum pl_slot slot);
+void pl_count_dlsym(void);
+void pl_calls_json(char *buf, size_t n);
 /* Set while this thread runs xseg or a real CUDA function for this
  * library: interposed functions then pass straight through. */
 extern _Thread_local int pl_inside;

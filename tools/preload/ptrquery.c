@@ -95,6 +95,7 @@ static int answer(int attr, const blk *b, pl_devptr ptr, int live, void *data)
 
 pl_result cuPointerGetAttribute(void *data, int attribute, pl_devptr ptr)
 {
+    pl_count(S_cuPointerGetAttribute);
     blk b;
     int r = data ? lookup(ptr, &b) : PL_PASS;
     if (r == PL_FAILED)
@@ -112,6 +113,7 @@ static pl_result real_attrs(unsigned n, int *attributes, void **data, pl_devptr 
 /* The real function fills every attribute, then xseg's own overwrite it. */
 pl_result cuPointerGetAttributes(unsigned n, int *attributes, void **data, pl_devptr ptr)
 {
+    pl_count(S_cuPointerGetAttributes);
     blk b;
     int r = attributes && data ? lookup(ptr, &b) : PL_PASS;
     pl_result rc = real_attrs(n, attributes, data, ptr);
@@ -125,6 +127,7 @@ pl_result cuPointerGetAttributes(unsigned n, int *attributes, void **data, pl_de
 
 pl_result cudaPointerGetAttributes(pl_ptr_attrs *attributes, const void *ptr)
 {
+    pl_count(S_cudaPointerGetAttributes);
     blk b;
     int r = attributes ? lookup((pl_devptr)(uintptr_t)ptr, &b) : PL_PASS;
     if (r == PL_PASS)
@@ -141,6 +144,7 @@ pl_result cudaPointerGetAttributes(pl_ptr_attrs *attributes, const void *ptr)
 
 pl_result cuMemGetAddressRange_v2(pl_devptr *base, size_t *size, pl_devptr ptr)
 {
+    pl_count(S_cuMemGetAddressRange_v2);
     blk b;
     int r = lookup(ptr, &b);
     if (r == PL_FAILED)
@@ -174,6 +178,7 @@ static int refuse_ipc(const char *fn, const char *code, const void *ptr)
 
 pl_result cuIpcGetMemHandle(pl_ipc_handle *handle, pl_devptr ptr)
 {
+    pl_count(S_cuIpcGetMemHandle);
     if (refuse_ipc("cuIpcGetMemHandle", "CUDA_ERROR_INVALID_VALUE", (void *)(uintptr_t)ptr))
         return PL_ERR_INVALID_VALUE;
     PASS(S_cuIpcGetMemHandle, fn_ipc, handle, ptr);
@@ -181,6 +186,7 @@ pl_result cuIpcGetMemHandle(pl_ipc_handle *handle, pl_devptr ptr)
 
 pl_result cudaIpcGetMemHandle(pl_ipc_handle *handle, void *ptr)
 {
+    pl_count(S_cudaIpcGetMemHandle);
     if (refuse_ipc("cudaIpcGetMemHandle", "cudaErrorInvalidValue", ptr))
         return PL_ERR_INVALID_VALUE;
     PASS(S_cudaIpcGetMemHandle, fn_rt_ipc, handle, ptr);

@@ -22,6 +22,7 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,6 +76,44 @@ static slot g_slots[S_COUNT] = {
     [S_cuThreadExchangeStreamCaptureMode] = CALLED(cuThreadExchangeStreamCaptureMode, 1),
     [S_cuDevicePrimaryCtxGetState] = CALLED(cuDevicePrimaryCtxGetState, 1),
 };
+
+/* ---- what the application called (XSEG_PRELOAD_STATS "calls") ----
+ * One counter per cache line: the allocation calls of many threads would
+ * otherwise share lines. */
+typedef struct pl_counter {
+    _Alignas(64) _Atomic unsigned long n;
+} pl_counter;
+
+static pl_counter g_calls[S_INTERPOSED + 1]; /* the last one: dlsym */
+
+void pl_count(enum pl_slot s)
+{
+    if (!pl_inside && s < S_INTERPOSED)
+        atomic_fetch_add_explicit(&g_calls[s].n, 1, memory_order_relaxed);
+}
+
+void pl_count_dlsym(void)
+{
+    if (!pl_inside)
+        atomic_fetch_add_explicit(&g_calls[S_INTERPOSED].n, 1, memory_order_relaxed);
+}
+
+void pl_calls_json(char *buf, size_t n)
+{
+    size_t len = 0;
+    for (int s = 0; s <= S_INTERPOSED && len < n; s++) {
+        int w = snprintf(buf + len, n - len, "%s\"%s\":%lu", s ? "," : "{",
+                         s < S_INTERPOSED ? g_slots[s].name : "dlsym",
+                         atomic_load_explicit(&g_calls[s].n, memory_order_relaxed));
+        if (w < 0)
+            break;
+        len += (size_t)w;
+    }
+    if (len + 2 <= n)
+        memcpy(buf + len, "}", 2);
+    else if (n >= 3)
+        memcpy(buf, "{}", 3); /* too small a buffer: valid JSON all the same */
+}
 
 /* ---- the real dlsym (glibc 2.34 moved it into libc: two versions) ---- */
 
@@ -193,6 +232,7 @@ static void *next_after(const void *caller, const char *name, dlsym_fn look)
 
 PL_EXPORT void *dlsym(void *handle, const char *name)
 {
+    pl_count_dlsym();
     const void *caller = __builtin_return_address(0);
     dlsym_fn look = real_dlsym();
     if (!look)
@@ -257,6 +297,7 @@ typedef pl_result (*getproc2_fn)(const char *, void **, int, uint64_t, int *);
 pl_result cuGetProcAddress_v2(const char *symbol, void **pfn, int version, uint64_t flags,
                               int *status)
 {
+    pl_count(S_cuGetProcAddress_v2);
     void *p = pl_real(S_cuGetProcAddress_v2);
     getproc2_fn fn;
     if (!p)
@@ -270,6 +311,7 @@ pl_result cuGetProcAddress_v2(const char *symbol, void **pfn, int version, uint6
 
 pl_result cuGetProcAddress(const char *symbol, void **pfn, int version, uint64_t flags)
 {
+    pl_count(S_cuGetProcAddress);
     void *p = pl_real(S_cuGetProcAddress);
     pl_result rc;
     if (p) {

@@ -436,16 +436,18 @@ void pl_meminfo(int device, size_t *free_bytes, size_t *total_bytes)
 static void write_one(FILE *f, int d, xseg_t *xs)
 {
     static char buf[1 << 16];
-    char q[1024];
+    char q[1024], calls[2048];
     size_t len = 0;
     if (xseg_stats_json(xs, buf, sizeof buf, &len) != XSEG_OK)
         return;
     pl_q_json(d, q, sizeof q);
+    pl_calls_json(calls, sizeof calls);
     fprintf(f, "{\"pid\":%d,\"device\":%d,\"stats\":%s,\"preload\":{\"free_mode\":\"%s\","
-               "\"async\":\"%s\",\"live_bytes\":%zu,\"live_peak_bytes\":%zu,\"syncs\":%lu,%s}}\n",
+               "\"async\":\"%s\",\"live_bytes\":%zu,\"live_peak_bytes\":%zu,\"syncs\":%lu,%s,"
+               "\"calls\":%s}}\n",
             (int)getpid(), d, buf, g_mode_names[g_free_mode], g_async_pool ? "pool" : "stream",
             atomic_load(&g_live[d]),
-            atomic_load(&g_live_peak[d]), atomic_load(&g_syncs[d]), q);
+            atomic_load(&g_live_peak[d]), atomic_load(&g_syncs[d]), q, calls);
 }
 
 static void write_stats(void)

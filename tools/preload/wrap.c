@@ -78,6 +78,7 @@ static pl_result answer(int r)
 
 pl_result cudaMalloc(void **ptr, size_t size)
 {
+    pl_count(S_cudaMalloc);
     int r = try_alloc(S_cudaGetDevice, size, NULL, ptr);
     if (r != PL_PASS)
         return answer(r);
@@ -86,6 +87,7 @@ pl_result cudaMalloc(void **ptr, size_t size)
 
 pl_result cudaMallocAsync(void **ptr, size_t size, pl_stream stream)
 {
+    pl_count(S_cudaMallocAsync);
     int r = try_alloc(S_cudaGetDevice, size, legacy(stream), ptr);
     if (r != PL_PASS)
         return answer(r);
@@ -94,6 +96,7 @@ pl_result cudaMallocAsync(void **ptr, size_t size, pl_stream stream)
 
 pl_result cudaMallocAsync_ptsz(void **ptr, size_t size, pl_stream stream)
 {
+    pl_count(S_cudaMallocAsync_ptsz);
     int r = try_alloc(S_cudaGetDevice, size, per_thread(stream), ptr);
     if (r != PL_PASS)
         return answer(r);
@@ -102,6 +105,7 @@ pl_result cudaMallocAsync_ptsz(void **ptr, size_t size, pl_stream stream)
 
 pl_result cudaFree(void *ptr)
 {
+    pl_count(S_cudaFree);
     int r = try_free(ptr, 0, NULL);
     if (r != PL_PASS)
         return FREE_ANSWER(r);
@@ -110,6 +114,7 @@ pl_result cudaFree(void *ptr)
 
 pl_result cudaFreeAsync(void *ptr, pl_stream stream)
 {
+    pl_count(S_cudaFreeAsync);
     int r = try_free(ptr, 1, legacy(stream));
     if (r != PL_PASS)
         return FREE_ANSWER(r);
@@ -118,6 +123,7 @@ pl_result cudaFreeAsync(void *ptr, pl_stream stream)
 
 pl_result cudaFreeAsync_ptsz(void *ptr, pl_stream stream)
 {
+    pl_count(S_cudaFreeAsync_ptsz);
     int r = try_free(ptr, 1, per_thread(stream));
     if (r != PL_PASS)
         return FREE_ANSWER(r);
@@ -144,6 +150,7 @@ static pl_result meminfo(enum pl_slot slot, enum pl_slot dev_slot, size_t *free_
 
 pl_result cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes)
 {
+    pl_count(S_cudaMemGetInfo);
     return meminfo(S_cudaMemGetInfo, S_cudaGetDevice, free_bytes, total_bytes);
 }
 
@@ -161,6 +168,7 @@ static pl_result cu_alloc(size_t size, pl_stream s, pl_devptr *ptr, int *passed)
 
 pl_result cuMemAlloc_v2(pl_devptr *ptr, size_t size)
 {
+    pl_count(S_cuMemAlloc_v2);
     int passed;
     pl_result rc = cu_alloc(size, NULL, ptr, &passed);
     if (!passed)
@@ -170,6 +178,7 @@ pl_result cuMemAlloc_v2(pl_devptr *ptr, size_t size)
 
 pl_result cuMemAllocAsync(pl_devptr *ptr, size_t size, pl_stream stream)
 {
+    pl_count(S_cuMemAllocAsync);
     int passed;
     pl_result rc = cu_alloc(size, legacy(stream), ptr, &passed);
     if (!passed)
@@ -179,6 +188,7 @@ pl_result cuMemAllocAsync(pl_devptr *ptr, size_t size, pl_stream stream)
 
 pl_result cuMemAllocAsync_ptsz(pl_devptr *ptr, size_t size, pl_stream stream)
 {
+    pl_count(S_cuMemAllocAsync_ptsz);
     int passed;
     pl_result rc = cu_alloc(size, per_thread(stream), ptr, &passed);
     if (!passed)
@@ -188,6 +198,7 @@ pl_result cuMemAllocAsync_ptsz(pl_devptr *ptr, size_t size, pl_stream stream)
 
 pl_result cuMemFree_v2(pl_devptr ptr)
 {
+    pl_count(S_cuMemFree_v2);
     int r = try_free((void *)(uintptr_t)ptr, 0, NULL);
     if (r != PL_PASS)
         return FREE_ANSWER(r);
@@ -196,6 +207,7 @@ pl_result cuMemFree_v2(pl_devptr ptr)
 
 pl_result cuMemFreeAsync(pl_devptr ptr, pl_stream stream)
 {
+    pl_count(S_cuMemFreeAsync);
     int r = try_free((void *)(uintptr_t)ptr, 1, legacy(stream));
     if (r != PL_PASS)
         return FREE_ANSWER(r);
@@ -204,6 +216,7 @@ pl_result cuMemFreeAsync(pl_devptr ptr, pl_stream stream)
 
 pl_result cuMemFreeAsync_ptsz(pl_devptr ptr, pl_stream stream)
 {
+    pl_count(S_cuMemFreeAsync_ptsz);
     int r = try_free((void *)(uintptr_t)ptr, 1, per_thread(stream));
     if (r != PL_PASS)
         return FREE_ANSWER(r);
@@ -212,5 +225,6 @@ pl_result cuMemFreeAsync_ptsz(pl_devptr ptr, pl_stream stream)
 
 pl_result cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
 {
+    pl_count(S_cuMemGetInfo_v2);
     return meminfo(S_cuMemGetInfo_v2, S_cuCtxGetDevice, free_bytes, total_bytes);
 }
