@@ -599,27 +599,28 @@ static void cudachurn_run(run *r, const char *async, char *stats)
         pclose(f);
 }
 
-/* The count of driver op `name` in a stats line; -1: none. */
-static long long op_calls(const char *stats, const char *name)
+/* The number under `name` in the object `object` ("driver_calls": xseg's
+ * driver ops; "calls": what the application called of the interposed
+ * functions) of a stats line; -1: none. */
+static long long count_in(const char *stats, const char *object, const char *name)
 {
-    const char *p = strstr(stats, "\"driver_calls\":");
     char pat[64];
     long long v = -1;
+    snprintf(pat, sizeof pat, "\"%s\":{", object);
+    const char *p = strstr(stats, pat);
     snprintf(pat, sizeof pat, "\"%s\":", name);
     p = p ? strstr(p, pat) : NULL;
     return p && sscanf(p + strlen(pat), "%lld", &v) == 1 ? v : -1;
 }
 
-/* What the application called of interposed function `name` (the stats
- * line's "calls" object); -1: none. */
+static long long op_calls(const char *stats, const char *name)
+{
+    return count_in(stats, "driver_calls", name);
+}
+
 static long long app_calls(const char *stats, const char *name)
 {
-    const char *p = strstr(stats, "\"calls\":{");
-    char pat[64];
-    long long v = -1;
-    snprintf(pat, sizeof pat, "\"%s\":", name);
-    p = p ? strstr(p, pat) : NULL;
-    return p && sscanf(p + strlen(pat), "%lld", &v) == 1 ? v : -1;
+    return count_in(stats, "calls", name);
 }
 
 /* cuda_churn's sequence (the app's cudachurn mode, which
