@@ -89,12 +89,20 @@ if stats:
             calls = peaks.setdefault("driver_calls", {})
             for k, v in s.get("driver_calls", {}).items():
                 calls[k] = calls.get(k, 0) + v
+            # the interposed functions called: per process, on every device's line
+            app = peaks.setdefault("app_calls", {})
+            pids = peaks.setdefault("_pids", set())
+            for k, v in (p.get("calls", {}) if row.get("pid") not in pids else {}).items():
+                if v:
+                    app[k] = app.get(k, 0) + v
+            pids.add(row.get("pid"))
             ns = s.get("driver_ns_caller", 0)
             ns = ns.get("current", 0) if isinstance(ns, dict) else ns
             peaks["driver_ns_caller"] = peaks.get("driver_ns_caller", 0) + ns
             peaks["async"] = p.get("async")
             peaks["free_mode"] = p.get("free_mode")
             peaks["quarantine_bound"] = p.get("quarantine_bound")
+    peaks.pop("_pids", None)
     xs = peaks if peaks["processes"] else None
 print(json.dumps({"step": name, "rc": int(rc), "seconds": float(secs), "result": work,
                   "xseg": xs, "log": log}))
