@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """workloads.py: the framework workloads of the preload proof (gpu_proof.sh).
 
-    workloads.py cupy MODE [--steps N]  MODE: pool_off (cupy.cuda.set_allocator(None):
+    workloads.py cupy MODE [--steps N] [--warmup N]
+                                MODE: pool_off (cupy.cuda.set_allocator(None):
                                 every allocation reaches cudaMalloc), pool_on
-                                (CuPy's MemoryPool), xseg (xseg.cupy_allocator())
+                                (CuPy's MemoryPool), xseg (xseg.cupy_allocator());
+                                --warmup: untimed steps first (default 5; with 40 the
+                                pool has every size it needs before the timed pass)
     workloads.py jax [--steps N]    a small MLP training loop (run it with
                                 XLA_PYTHON_CLIENT_ALLOCATOR=platform; gpu_proof.sh sets
                                 XLA_FLAGS=--xla_gpu_deterministic_ops=true
@@ -97,7 +100,7 @@ def cupy_work(cp, steps, mem, pool):
     return sums, peak
 
 
-def run_cupy(mode, steps):
+def run_cupy(mode, steps, warmup=5):
     import cupy as cp
     pool = None
     if mode == "pool_off":
@@ -110,17 +113,17 @@ def run_cupy(mode, steps):
     else:
         pool = cp.get_default_memory_pool()
     mem = DeviceMemory()
-    cupy_work(cp, 5, mem, None)  # warm-up: kernels compiled, handles made
+    cupy_work(cp, warmup, mem, None)  # warm-up: kernels compiled, handles made
     mem.base, mem.peak = mem.used(), 0
     t0 = time.perf_counter()
     sums, peak = cupy_work(cp, steps, mem, pool)
     wall = time.perf_counter() - t0
-    extra = {}
+    extra = {"warmup_steps": warmup}
     if mode == "xseg":
         import xseg
         s = xseg.raw_stats(0)
-        extra = {"xseg_mapped_peak": s.mapped_bytes.peak,
-                 "xseg_allocated_peak": s.allocated_bytes.peak}
+        extra.update(xseg_mapped_peak=s.mapped_bytes.peak,
+                     xseg_allocated_peak=s.allocated_bytes.peak)
     report("cupy", mode, sums, wall, mem, peak if pool is not None else None,
            "cupy MemoryPool.total_bytes() after every step" if pool is not None else None,
            extra)
@@ -239,8 +242,13 @@ def main(argv):
         i = args.index("--steps")
         steps = int(args[i + 1])
         del args[i:i + 2]
+    warmup = 5
+    if "--warmup" in args:
+        i = args.index("--warmup")
+        warmup = int(args[i + 1])
+        del args[i:i + 2]
     if argv[1] == "cupy":
-        run_cupy(args[0] if args else "pool_off", steps)
+        run_cupy(args[0] if args else "pool_off", steps, warmup)
     elif argv[1] == "jax":
         run_jax(steps)
     elif argv[1] == "torch":
