@@ -75,7 +75,8 @@ enum pl_slot {
 void *pl_real(enum pl_slot slot);
 /* Count a call the application made to interposed function `slot`
  * (calls made while pl_inside is set are this library's own and do not
- * count); pl_count_dlsym the same for dlsym.  pl_calls_json writes them as
+ * count); pl_count_dlsym the same for dlsym (every call: this library
+ * never calls the interposed dlsym).  pl_calls_json writes them as
  * {"cudaMalloc":N,...,"dlsym":N} (every interposed function, 0 included)
  * into buf (cap n). */
 void pl_count(enum pl_slot slot);

@@ -92,10 +92,12 @@ void pl_count(enum pl_slot s)
         atomic_fetch_add_explicit(&g_calls[s].n, 1, memory_order_relaxed);
 }
 
+/* No pl_inside test here: dlsym may run where this thread's TLS block is
+ * not there yet (a malloc that calls dlsym while glibc sets it up), and
+ * this library never calls the interposed dlsym itself (real_dlsym). */
 void pl_count_dlsym(void)
 {
-    if (!pl_inside)
-        atomic_fetch_add_explicit(&g_calls[S_INTERPOSED].n, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g_calls[S_INTERPOSED].n, 1, memory_order_relaxed);
 }
 
 void pl_calls_json(char *buf, size_t n)
