@@ -288,18 +288,14 @@ def markdown(rows):
     return "\n".join(lines)
 
 
-def rotated(xs, r):
-    r %= len(xs)
-    return xs[r:] + xs[:r]
-
-
 def parent(args):
     sys.path.insert(0, PYDIR)
     import bench_models as bm
     os.makedirs(args.out, exist_ok=True)
     runs, started = [], time.time()
-    for rnd in range(args.rounds):
-        for mode in rotated(args.modes, rnd):
+    # bench_report's rotation: modes, and workloads in each process, start one later each round
+    for rnd, jobs in enumerate(bm.schedule(args.workloads, args.modes, args.rounds, True)):
+        for mode, workloads in jobs:
             left = args.budget - (time.time() - started)
             if left < args.timeout:
                 runs.append({"mode": mode, "round": rnd, "skipped": "budget"})
@@ -307,7 +303,7 @@ def parent(args):
             with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tf:
                 child_out = tf.name
             cmd = [sys.executable, os.path.abspath(__file__), "--child", "--mode", mode,
-                   "--workload", ",".join(rotated(args.workloads, rnd)), "--child-out",
+                   "--workload", ",".join(workloads), "--child-out",
                    child_out, "--seed", str(args.seed)]
             try:
                 p = subprocess.run(cmd, env=bm.mode_env(mode), timeout=min(left, args.timeout),

@@ -71,6 +71,7 @@ xs = None
 if stats:
     peaks = {"mapped_peak": 0, "allocated_peak": 0, "live_peak": 0, "alloc_calls": 0,
              "free_calls": 0, "syncs": 0, "quarantined": 0, "drains": 0, "processes": 0}
+    pids = set()  # processes whose "calls" are counted (one line per device each)
     for path in glob.glob(stats + "*"):
         for line in open(path, errors="replace"):
             try:
@@ -91,18 +92,17 @@ if stats:
                 calls[k] = calls.get(k, 0) + v
             # the interposed functions called: per process, on every device's line
             app = peaks.setdefault("app_calls", {})
-            pids = peaks.setdefault("_pids", set())
-            for k, v in (p.get("calls", {}) if row.get("pid") not in pids else {}).items():
-                if v:
-                    app[k] = app.get(k, 0) + v
-            pids.add(row.get("pid"))
+            if row.get("pid") not in pids:
+                pids.add(row.get("pid"))
+                for k, v in p.get("calls", {}).items():
+                    if v:
+                        app[k] = app.get(k, 0) + v
             ns = s.get("driver_ns_caller", 0)
             ns = ns.get("current", 0) if isinstance(ns, dict) else ns
             peaks["driver_ns_caller"] = peaks.get("driver_ns_caller", 0) + ns
             peaks["async"] = p.get("async")
             peaks["free_mode"] = p.get("free_mode")
             peaks["quarantine_bound"] = p.get("quarantine_bound")
-    peaks.pop("_pids", None)
     xs = peaks if peaks["processes"] else None
 print(json.dumps({"step": name, "rc": int(rc), "seconds": float(secs), "result": work,
                   "xseg": xs, "log": log}))
