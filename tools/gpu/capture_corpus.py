@@ -19,11 +19,11 @@ and any error (one workload failing does not stop the others).  The
 file is rewritten after every subprocess.  Up to --jobs subprocesses
 share the GPU (each workload peaks at 1-20 GB; the H200 has 140 GB).
 
-usage: capture_corpus.py --out DIR [--only NAME,...] [--jobs N]
+usage: capture_corpus.py --out DIR [--set corpus|heldout] [--only NAME,...] [--jobs N]
        capture_corpus.py --list
 Then: python3 tools/gpu/corpus_table.py DIR/peers.json --readme
 tools/traces/corpus/README.md, and copy DIR/*.csv.gz and DIR/peers.json
-into tools/traces/corpus/.
+into tools/traces/corpus/ (--set heldout: tools/traces/heldout/).
 """
 import argparse
 import concurrent.futures
@@ -41,6 +41,7 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import corpus_tools  # noqa: E402 (its folder first)
+import heldout_workloads  # noqa: E402 (its list only: torch is imported by the child)
 
 # (name, what it is), in capture order; corpus_workloads.run_<name> runs it.
 WORKLOADS = [
@@ -74,8 +75,13 @@ WORKLOADS = [
      "long-context prefill of 8k-96k tokens (batch 1-4) into a dynamic KV cache, then 4-8 "
      "decode steps each"),
 ]
-NAMES = [n for n, _ in WORKLOADS]
-DESCRIPTION = dict(WORKLOADS)
+# The held-out set (--set heldout): workloads no default of xseg was chosen
+# on, kept to check that the corpus was not overfitted (heldout_workloads.py).
+SETS = {"corpus": WORKLOADS, "heldout": heldout_workloads.WORKLOADS}
+NAMES = [n for ws in SETS.values() for n, _ in ws]
+DESCRIPTION = dict(w for ws in SETS.values() for w in ws)
+MODULE = {n: ("corpus_workloads" if s == "corpus" else "heldout_workloads")
+          for s, ws in SETS.items() for n, _ in ws}
 MODES = ("native", "expandable")
 MAX_ENTRIES = 8_000_000  # history ring; a full ring means dropped events: an error
 
@@ -118,7 +124,8 @@ def history_entries(torch):
 def trace_comments(args, res, conv, nentries):
     s = conv.summary()
     return [
-        "corpus workload %s: %s" % (args.child, DESCRIPTION[args.child]),
+        "%s workload %s: %s" % ("corpus" if MODULE[args.child] == "corpus_workloads"
+                                else "held-out", args.child, DESCRIPTION[args.child]),
         "captured by tools/gpu/capture_corpus.py, seed %d; PyTorch %s (CUDA %s), transformers "
         "%s, %s" % (args.seed, res["torch"], res["cuda"], res["transformers"], res["gpu"]),
         "events %d (allocs %d, frees %d), live at end %d, peak live bytes %d, streams %d" % (
@@ -155,7 +162,7 @@ def save_trace(torch, args, res):
 
 def run_workload(torch, args, res):
     # CORPUS_WORKLOADS names another module of run_<name> functions (tests)
-    module = importlib.import_module(os.environ.get("CORPUS_WORKLOADS", "corpus_workloads"))
+    module = importlib.import_module(os.environ.get("CORPUS_WORKLOADS", MODULE[args.child]))
     fn = getattr(module, "run_" + args.child)
     t0 = time.perf_counter()
     info = fn(torch, args.seed) or {}
@@ -323,7 +330,11 @@ def parse(argv):
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--out", help="folder for the traces and peers.json")
-    ap.add_argument("--only", help="comma-separated workload names (default: all)")
+    ap.add_argument("--only", help="comma-separated workload names, of either set "
+                                   "(default: every workload of --set)")
+    ap.add_argument("--set", choices=sorted(SETS), default="corpus",
+                    help="corpus (tools/traces/corpus/, the default) or heldout "
+                         "(tools/traces/heldout/: never tuned on)")
     ap.add_argument("--list", action="store_true", help="list the workloads and exit")
     ap.add_argument("--jobs", type=int, default=4, help="subprocesses at once (default 4)")
     ap.add_argument("--seed", type=int, default=1, help="seed of every workload (default 1)")
@@ -337,9 +348,9 @@ def parse(argv):
     return ap.parse_args(argv)
 
 
-def select(only):
+def select(only, which="corpus"):
     if not only:
-        return list(NAMES)
+        return [n for n, _ in SETS[which]]
     names = [n.strip() for n in only.split(",") if n.strip()]
     bad = [n for n in names if n not in NAMES]
     if bad:
@@ -351,15 +362,16 @@ def select(only):
 def main(argv=None):
     args = parse(argv)
     if args.list:
-        for n, d in WORKLOADS:
-            print("%-18s %s" % (n, d))
+        for which, ws in SETS.items():
+            for n, d in ws:
+                print("%-22s %-8s %s" % (n, which, d))
         return 0
     if args.child:
         return child(args)
     if not args.out:
         raise SystemExit("capture_corpus.py: --out DIR is required (see --help)")
     args.out = os.path.abspath(args.out)
-    return parent(args, select(args.only))
+    return parent(args, select(args.only, args.set))
 
 
 if __name__ == "__main__":

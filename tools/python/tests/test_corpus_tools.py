@@ -7,6 +7,7 @@ tools/gpu-check marks "corpus":true), tools/ci/corpus-ratios against
 xseg-replay (when the build has it) on synthetic traces, and, where torch
 is importable, the hand-written paged-KV server on the CPU (tokens equal
 to a full recompute, every block back in the pool)."""
+import collections
 import contextlib
 import gc
 import io
@@ -245,6 +246,9 @@ def run_serve_dynamic_kv(torch, seed):
 def run_embed_bert(torch, seed):
     torch.cuda.memory.fake_alloc(0x1000, 10)
     raise RuntimeError("boom in the workload")
+def run_heldout_t5_train(torch, seed):
+    torch.cuda.memory.fake_alloc(0x1000, 64)
+    return {"seed": seed}
 '''
 
 
@@ -258,7 +262,7 @@ class CaptureTest(unittest.TestCase):
     def tearDown(self):
         self.tmp.cleanup()
 
-    def capture(self, extra_env=None, only="serve_dynamic_kv,embed_bert"):
+    def capture(self, extra_env=None, only="serve_dynamic_kv,embed_bert", which=None):
         fake = Path(self.tmp.name) / "fake"
         (fake / "torch" / "cuda").mkdir(parents=True)
         (fake / "torch" / "__init__.py").write_text(FAKE_TORCH)
@@ -268,8 +272,9 @@ class CaptureTest(unittest.TestCase):
         out = Path(self.tmp.name) / "out"
         env = dict(os.environ, PYTHONPATH=str(fake), CORPUS_WORKLOADS="fake_workloads",
                    PYTORCH_CUDA_ALLOC_CONF="garbage", **(extra_env or {}))
+        sel = ["--set", which] if which else ["--only", only]
         p = subprocess.run([sys.executable, str(GPU / "capture_corpus.py"), "--out", str(out),
-                            "--only", only, "--jobs", "2", "--seed", "7"],
+                            "--jobs", "2", "--seed", "7"] + sel,
                            capture_output=True, text=True, env=env, timeout=120)
         return p, out
 
@@ -311,11 +316,28 @@ class CaptureTest(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         self.check_trace(out)  # free_completed recorded too, and left out
 
+    def test_heldout_set(self):
+        """--set heldout runs every held-out workload and no corpus one; the
+        trace says which set it is from."""
+        p, out = self.capture(which="heldout")
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)  # three have no fake
+        doc = json.loads((out / "peers.json").read_text())
+        names = [w["name"] for w in doc["workloads"]]
+        self.assertEqual(len(names), 4)
+        self.assertTrue(all(n.startswith("heldout_") for n in names), names)
+        lines = ct.read_trace(str(out / "heldout_t5_train.csv.gz"))
+        self.assertTrue(any(x.startswith("# held-out workload heldout_t5_train:")
+                            for x in lines), lines[:3])
+        self.assertEqual([x for x in lines if not x.startswith("#")], ["a,0,64,0"])
+        self.assertFalse((out / "serve_dynamic_kv.csv.gz").exists())
+
     def test_list_and_bad_name(self):
         p = subprocess.run([sys.executable, str(GPU / "capture_corpus.py"), "--list"],
                            capture_output=True, text=True, timeout=60)
         self.assertEqual(p.returncode, 0)
         self.assertGreaterEqual(len(p.stdout.splitlines()), 8)
+        sets = collections.Counter(line.split()[1] for line in p.stdout.splitlines())
+        self.assertEqual((sets["corpus"], sets["heldout"]), (9, 4))
         p = subprocess.run([sys.executable, str(GPU / "capture_corpus.py"), "--out",
                             self.tmp.name, "--only", "nope"], capture_output=True, text=True,
                            timeout=60)
