@@ -7,10 +7,15 @@ one process per replay: each xseg conf (XSEG_BENCH_CONF) and, unless
 before the next trace, ROUNDS rounds one after the other.  Appends one JSON
 line per replay to OUT (bench's line plus "conf", "round", "tr"), then
 prints a markdown table: per trace and mode the largest ratio over the
-rounds (peak device over peak live, the timed pass's own peak) and the
-replay seconds, median (min-max); then, per xseg conf, the traces within
-1.01, the traces at or under PyTorch native's median time, and the
-geometric mean of the medians against the first conf.
+rounds and the replay seconds, median (min-max); then, per xseg conf, the
+traces within 1.01, the traces at or under PyTorch native's median time,
+and the geometric mean of the medians against the first conf.  The ratio
+is report.py's one measure (report.honest): the larger of the
+allocator's own peak of physical memory in the timed pass
+(own_peak_bytes) and the cuMemGetInfo drop sampled in bench's second pass
+(its "ratio" field), over peak live.  Up to 2026-12-07 this table showed
+the sampled drop alone, which for xseg is the lower of the two (its second
+pass starts knowing the trace's peak).
 
 usage: corpus_rounds.py run --bench BENCH --out OUT [--rounds N]
                             [--conf CONF ...] [--no-torch] [--budget S]
@@ -27,6 +32,9 @@ import statistics
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import report  # noqa: E402 (tools/gpu/report.py: the one measure)
 
 TORCH = "native"  # the conf name of the PyTorch native rows
 
@@ -80,6 +88,11 @@ def run(a):
     return 0
 
 
+def ratio(r):
+    """report.honest's ratio: own peak or sampled drop, the larger."""
+    return report.honest(r)[1]
+
+
 def table(path):
     """The markdown table and summary lines of OUT's rows."""
     rows = [json.loads(l) for l in open(path) if l.strip()]
@@ -90,7 +103,7 @@ def table(path):
             modes.append(r["conf"])
         if r["tr"] not in traces:
             traces.append(r["tr"])
-        if "replay_s" in r and "ratio" in r:
+        if "replay_s" in r and "peak_device_bytes" in r:
             by[(r["tr"], r["conf"])].append(r)
     lines = ["| trace | " + " | ".join("PyTorch native" if m == TORCH else f"xseg `{m}`"
                                       for m in modes) + " |",
@@ -105,14 +118,14 @@ def table(path):
                 continue
             ts = [r["replay_s"] for r in rs]
             med[(t, m)] = statistics.median(ts)
-            cells.append(f"{max(r['ratio'] for r in rs):.4f}, {med[(t, m)]:.3f} "
+            cells.append(f"{max(ratio(r) for r in rs):.4f}, {med[(t, m)]:.3f} "
                          f"({min(ts):.3f}-{max(ts):.3f}) n={len(rs)}")
         lines.append(f"| {t} | " + " | ".join(cells) + " |")
     xs = [m for m in modes if m != TORCH]
     lines.append("")
     for m in xs:
         mine = [t for t in traces if (t, m) in med]
-        within = sum(max(r["ratio"] for r in by[(t, m)]) <= 1.01 for t in mine)
+        within = sum(max(ratio(r) for r in by[(t, m)]) <= 1.01 for t in mine)
         fast = [t for t in mine if (t, TORCH) in med and med[(t, m)] <= med[(t, TORCH)]]
         both = [t for t in mine if (t, xs[0]) in med]
         gm = math.exp(sum(math.log(med[(t, m)] / med[(t, xs[0])]) for t in both) / len(both)) \
