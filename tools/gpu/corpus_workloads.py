@@ -98,6 +98,17 @@ def train_steps(torch, model, opt, steps, seed, vocab, params, **fwd):
     return losses
 
 
+def optimizer_step(torch, loss, opt, params, clip=1.0):
+    """Backward, gradient clipping (unless clip is None), the optimizer's
+    step and zero_grad; returns the loss read back (logging)."""
+    loss.backward()
+    if clip is not None:
+        torch.nn.utils.clip_grad_norm_(params, clip)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return round(float(loss.detach()), 4)
+
+
 def adamw(torch, params, wd=0.1):
     return torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.95), weight_decay=wd)
 

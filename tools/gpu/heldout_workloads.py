@@ -13,7 +13,7 @@ nothing downloaded."""
 import random
 
 from corpus_workloads import (adamw, build, hf, left_padded, make_config, n_params,
-                              token_ids)
+                              optimizer_step, token_ids)
 
 # (name, what it is), in capture order; capture_corpus.py lists them.
 WORKLOADS = [
@@ -71,11 +71,7 @@ def run_heldout_t5_train(torch, seed):
         ids, mask, labels = t5_batch(torch, rng, seed + i, b, src, tgt, 32128)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(round(float(loss.detach()), 4))
+        losses.append(optimizer_step(torch, loss, opt, params))
         del loss, ids, mask, labels
     return {"losses": losses, "params": n_params(model), "_keep": (model, opt)}
 
@@ -154,10 +150,7 @@ def run_heldout_resnet_cudnn(torch, seed):
         y = torch.randint(0, 1000, (b,), device="cuda", generator=g)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = model(pixel_values=x, labels=y).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(round(float(loss.detach()), 4))
+        losses.append(optimizer_step(torch, loss, opt, params, clip=None))
         del x, y, loss
     return {"losses": losses, "params": n_params(model), "_keep": (model, opt)}
 
@@ -199,11 +192,7 @@ def run_heldout_opt_prefetch(torch, seed):
             nxt = prefetch(i + 1)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(round(float(loss.detach()), 4))
+        losses.append(optimizer_step(torch, loss, opt, params))
         del loss, ids, host
         if i % 4 == 3:
             with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
