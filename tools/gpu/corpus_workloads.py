@@ -81,23 +81,6 @@ def llama_kw(vocab, hidden, inter, layers, heads, kv_heads, max_pos):
                 tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
 
 
-def train_steps(torch, model, opt, steps, seed, vocab, params, **fwd):
-    """Causal-LM steps under bf16 autocast: forward with labels, backward,
-    clip, AdamW step, zero_grad; the loss read back each step (logging)."""
-    losses = []
-    for i, (b, s) in enumerate(steps):
-        ids = token_ids(torch, seed + i, (b, s), vocab)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(input_ids=ids, labels=ids, **fwd).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(round(float(loss.detach()), 4))
-        del loss, ids
-    return losses
-
-
 def optimizer_step(torch, loss, opt, params, clip=1.0):
     """Backward, gradient clipping (unless clip is None), the optimizer's
     step and zero_grad; returns the loss read back (logging)."""
@@ -107,6 +90,19 @@ def optimizer_step(torch, loss, opt, params, clip=1.0):
     opt.step()
     opt.zero_grad(set_to_none=True)
     return round(float(loss.detach()), 4)
+
+
+def train_steps(torch, model, opt, steps, seed, vocab, params, **fwd):
+    """Causal-LM steps under bf16 autocast: forward with labels, backward,
+    clip, AdamW step, zero_grad; the loss read back each step (logging)."""
+    losses = []
+    for i, (b, s) in enumerate(steps):
+        ids = token_ids(torch, seed + i, (b, s), vocab)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids, **fwd).loss
+        losses.append(optimizer_step(torch, loss, opt, params))
+        del loss, ids
+    return losses
 
 
 def adamw(torch, params, wd=0.1):
@@ -444,11 +440,7 @@ def run_train_vit_varres(torch, seed):
         with torch.autocast("cuda", dtype=torch.bfloat16):
             h = vit(pixel_values=x, interpolate_pos_encoding=True).last_hidden_state[:, 0]
             loss = F.cross_entropy(head(h).float(), y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(round(float(loss.detach()), 4))
+        losses.append(optimizer_step(torch, loss, opt, params))
         del x, y, h, loss
     return {"losses": losses, "params": n_params(vit), "_keep": (vit, head, opt)}
 
