@@ -78,10 +78,12 @@ WORKLOADS = [
 # The held-out set (--set heldout): workloads no default of xseg was chosen
 # on, kept to check that the corpus was not overfitted (heldout_workloads.py).
 SETS = {"corpus": WORKLOADS, "heldout": heldout_workloads.WORKLOADS}
-NAMES = [n for ws in SETS.values() for n, _ in ws]
+SET_OF = {n: s for s, ws in SETS.items() for n, _ in ws}
+NAMES = list(SET_OF)
 DESCRIPTION = dict(w for ws in SETS.values() for w in ws)
-MODULE = {n: ("corpus_workloads" if s == "corpus" else "heldout_workloads")
-          for s, ws in SETS.items() for n, _ in ws}
+# Each set's module of run_<name> functions, and how its traces name it.
+MODULE = {"corpus": "corpus_workloads", "heldout": "heldout_workloads"}
+LABEL = {"corpus": "corpus", "heldout": "held-out"}
 MODES = ("native", "expandable")
 MAX_ENTRIES = 8_000_000  # history ring; a full ring means dropped events: an error
 
@@ -124,8 +126,8 @@ def history_entries(torch):
 def trace_comments(args, res, conv, nentries):
     s = conv.summary()
     return [
-        "%s workload %s: %s" % ("corpus" if MODULE[args.child] == "corpus_workloads"
-                                else "held-out", args.child, DESCRIPTION[args.child]),
+        "%s workload %s: %s" % (LABEL[SET_OF[args.child]], args.child,
+                                DESCRIPTION[args.child]),
         "captured by tools/gpu/capture_corpus.py, seed %d; PyTorch %s (CUDA %s), transformers "
         "%s, %s" % (args.seed, res["torch"], res["cuda"], res["transformers"], res["gpu"]),
         "events %d (allocs %d, frees %d), live at end %d, peak live bytes %d, streams %d" % (
@@ -162,7 +164,7 @@ def save_trace(torch, args, res):
 
 def run_workload(torch, args, res):
     # CORPUS_WORKLOADS names another module of run_<name> functions (tests)
-    module = importlib.import_module(os.environ.get("CORPUS_WORKLOADS", MODULE[args.child]))
+    module = importlib.import_module(os.environ.get("CORPUS_WORKLOADS", MODULE[SET_OF[args.child]]))
     fn = getattr(module, "run_" + args.child)
     t0 = time.perf_counter()
     info = fn(torch, args.seed) or {}
