@@ -157,6 +157,7 @@ typedef struct xrelease {
     struct xblock *z;     /* XB_RELEASING, out of every index */
     int unmap_only;       /* the old mapping of moved handles: unmap, no release */
     uint32_t n, cap, tries;
+    uint64_t seq;         /* the order queued: unmap jobs settle in it */
     size_t bytes;
     xrel_handle *h;
     /* Under xs->lock, after the worker's driver calls: settles the job;

@@ -32,6 +32,8 @@ struct xworker {
     xrelease *head, *tail;   /* queued */
     xrelease *dhead, *dtail; /* run, not yet settled */
     xrelease *running;       /* the job whose calls run now, or NULL */
+    xrelease *hhead, *htail; /* unmap jobs run, held until a finish, by seq (xs->lock) */
+    uint64_t seq;            /* jobs queued so far */
     atomic_int ndone;        /* the done list is not empty */
     int stop;
 };
@@ -44,6 +46,21 @@ static void list_push(xrelease **head, xrelease **tail, xrelease *job)
     else
         *head = job;
     *tail = job;
+}
+
+/* Put an unmap job that has run on the held list, in the order queued
+ * (the worker runs them in that order; a job tried again comes later). */
+static void hold(struct xworker *w, xrelease *job)
+{
+    if (!w->htail || w->htail->seq < job->seq) {
+        list_push(&w->hhead, &w->htail, job);
+        return;
+    }
+    xrelease **at = &w->hhead;
+    while ((*at)->seq < job->seq)
+        at = &(*at)->next;
+    job->next = *at;
+    *at = job;
 }
 
 static void queue_push(struct xworker *w, xrelease *job)
@@ -213,6 +230,10 @@ void xworker_stop(xseg_t *xs, int call_driver)
             w->dhead = job->next;
             job_free(job);
         }
+        while ((job = w->hhead) != NULL) {
+            w->hhead = job->next;
+            job_free(job);
+        }
         free(w);
         return;
     }
@@ -223,8 +244,12 @@ void xworker_stop(xseg_t *xs, int call_driver)
     pthread_join(w->th, NULL);
     /* Jobs run and not settled are settled (one whose unmap failed and may
      * be tried again is queued again, for the loop below). */
+    if (w->htail) { /* the held unmap jobs first, in the order they ran */
+        w->htail->next = w->dhead;
+        w->dhead = w->hhead;
+    }
     xrelease *d = w->dhead;
-    w->dhead = w->dtail = NULL;
+    w->dhead = w->dtail = w->hhead = w->htail = NULL;
     xlock_lock(&xs->lock);
     xdrv_fold_worker(xs);
     for (xrelease *next; d; d = next) {
@@ -272,11 +297,17 @@ void xworker_push(xseg_t *xs, xrelease *job)
     struct xworker *w = xs->wk;
     xs->wk_pending++;
     pthread_mutex_lock(&w->mu);
+    job->seq = ++w->seq;
     queue_push(w, job);
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
 }
 
+/* Settle what the worker has run.  A release job settles at once (its
+ * bytes leave mapped_bytes).  An unmap job's range is only held: it goes
+ * back to free space when a caller finishes the unmaps
+ * (xworker_finish_unmaps_locked), whoever ran them, so where later blocks
+ * land never depends on how far the worker has got. */
 void xworker_settle_locked(xseg_t *xs)
 {
     struct xworker *w = xs->wk;
@@ -288,6 +319,22 @@ void xworker_settle_locked(xseg_t *xs)
     atomic_store_explicit(&w->ndone, 0, memory_order_relaxed);
     pthread_mutex_unlock(&w->mu);
     fold_if_idle(xs, w);
+    for (xrelease *next; d; d = next) {
+        next = d->next;
+        if (d->unmap_only)
+            hold(w, d);
+        else
+            settle_one(xs, w, d);
+    }
+}
+
+/* Settle everything run, held unmap jobs included, in the order they were
+ * queued whoever ran them (xs->lock held). */
+static void settle_all_locked(xseg_t *xs, struct xworker *w)
+{
+    xworker_settle_locked(xs);
+    xrelease *d = w->hhead;
+    w->hhead = w->htail = NULL;
     for (xrelease *next; d; d = next) {
         next = d->next;
         settle_one(xs, w, d);
@@ -314,23 +361,21 @@ void xworker_finish_unmaps_locked(xseg_t *xs)
     struct xworker *w = xs->wk;
     if (!w)
         return;
-    xworker_settle_locked(xs);
+    settle_all_locked(xs, w);
     while (xs->wk_unmapping) {
         pthread_mutex_lock(&w->mu);
         xrelease *mine = steal_unmaps(w);
         pthread_mutex_unlock(&w->mu);
         for (xrelease *j = mine, *next; j; j = next) { /* on this thread, as reclaim:sync */
             next = j->next;
-            do
-                job_run(xs, j);
-            while (!j->done(xs, j)); /* done bounds the tries */
-            job_free(j);
+            job_run(xs, j);
+            hold(w, j); /* one whose unmap failed is queued again, and taken again */
         }
         pthread_mutex_lock(&w->mu);
         while (w->running && w->running->unmap_only) /* its calls only: no lock to hand over */
             pthread_cond_wait(&w->idle_cv, &w->mu);
         pthread_mutex_unlock(&w->mu);
-        xworker_settle_locked(xs);
+        settle_all_locked(xs, w);
     }
 }
 
@@ -339,7 +384,7 @@ void xworker_drain_locked(xseg_t *xs)
     struct xworker *w = xs->wk;
     if (!w)
         return;
-    xworker_settle_locked(xs);
+    settle_all_locked(xs, w);
     /* Bounded: a failed unmap is queued again (3 tries), and other threads
      * may queue new jobs meanwhile. */
     for (int round = 0; xs->wk_pending && round < 16; round++) {
@@ -349,7 +394,7 @@ void xworker_drain_locked(xseg_t *xs)
             pthread_cond_wait(&w->idle_cv, &w->mu);
         pthread_mutex_unlock(&w->mu);
         xlock_lock(&xs->lock);
-        xworker_settle_locked(xs);
+        settle_all_locked(xs, w);
     }
     fold_if_idle(xs, w);
 }
