@@ -3,7 +3,12 @@
  * on its own stream.  Per size: warm-up, a calibration that sizes a batch
  * to about 20 ms, then BATCHES batches; the result is the median batch's
  * ns per pair (per thread), and for the threaded part also the aggregate
- * pairs per second (all threads' pairs over the batch's wall time). */
+ * pairs per second (all threads' pairs over the batch's wall time).  The
+ * threads warm up too before they calibrate: until 2026-12-07 their
+ * calibration held every thread's first allocation, which for 64 MiB maps
+ * pages under the allocator's lock while 15 others wait, so the batches
+ * came out at a few dozen pairs and the aggregate measured the barriers
+ * (xseg 22 M pairs/s at 64 MiB with 57 ns per pair per thread). */
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -85,13 +90,14 @@ static void *hot_worker(void *arg)
     hot_shared *sh = th->sh;
     bench_stream s = sh->streams[th->id];
 
-    for (int b = 0; b <= BATCHES; b++) {
+    for (int b = -1; b <= BATCHES; b++) { /* -1: warm-up, 0: calibration */
         pthread_barrier_wait(&sh->start);
-        long pairs = b == 0 ? 50 : sh->pairs;
+        long pairs = b <= 0 ? 50 : sh->pairs;
         double t = s != NULL ? run_pairs(sh->a, sh->n, s, pairs) : -1;
         if (t < 0)
             sh->failed = 1;
-        sh->secs[b][th->id] = t / (double)pairs;
+        if (b >= 0)
+            sh->secs[b][th->id] = t / (double)pairs;
         pthread_barrier_wait(&sh->done);
     }
     return NULL;
@@ -100,10 +106,12 @@ static void *hot_worker(void *arg)
 /* Runs on the main thread between the workers' barriers. */
 static void hot_drive(hot_shared *sh, double *wall)
 {
-    for (int b = 0; b <= BATCHES; b++) {
+    for (int b = -1; b <= BATCHES; b++) {
         pthread_barrier_wait(&sh->start);
         double t0 = bench_now();
         pthread_barrier_wait(&sh->done);
+        if (b < 0)
+            continue; /* the warm-up: first touches, not timed */
         wall[b] = bench_now() - t0;
         if (b == 0) { /* calibrate on the slowest thread */
             double worst = 0;
