@@ -5,11 +5,13 @@
  * its range an XB_RELEASING block out of every index), or hands it the old
  * mapping of moved handles (an unmap job), and queues the job here.  The
  * worker only makes the driver calls, without any allocator lock, and puts
- * the job on its done list; whoever holds xs->lock next settles it
- * (xworker_settle_locked: job->done, the counters, the range back to free
- * space; an unmap that failed is queued again, then the handle goes back
- * into the tables; a release that failed leaves an orphan that reclaim
- * releases later).  The worker never takes xs->lock, so a caller never
+ * the job on its done list; whoever holds xs->lock next settles a release
+ * job (xworker_settle_locked: job->done, the counters, the range back to
+ * free space; a release that failed leaves an orphan that reclaim releases
+ * later) and holds an unmap job until a caller finishes the unmaps
+ * (xworker_finish_unmaps_locked), which settles them in the order queued,
+ * so that placement never follows the worker's timing (an unmap that
+ * failed is queued again, then the handle goes back into the tables).  The worker never takes xs->lock, so a caller never
  * hands the lock to it nor waits for it to settle.  Nothing is lost: a job
  * is settled by a caller, or by xworker_stop on the destroying thread.
  * Lock order: xs->lock, then the worker's own mutex. */
