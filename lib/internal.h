@@ -311,12 +311,13 @@ void xtc_detach_all(xseg_t *xs);
 void xtc_fork_lock(int take);
 /* Requested size recorded for a live slot (small.c). */
 uint32_t xsmall_requested(const xslab *sl, uintptr_t addr);
-/* The request recorded for a live allocation (block or slot). */
+/* The request recorded for a live allocation (block or slot); atomic, as
+ * its thread cache may rewrite it meanwhile (tcache.c, set_requested). */
 static inline size_t xseg_requested_of(uintptr_t addr, uintptr_t tag)
 {
     if (tag & 1)
         return xsmall_requested((const xslab *)(tag & ~(uintptr_t)1), addr);
-    return ((const xblock *)tag)->requested;
+    return __atomic_load_n(&((const xblock *)tag)->requested, __ATOMIC_RELAXED);
 }
 
 /* The generation word of a live allocation. */

@@ -178,7 +178,8 @@ void xsmall_free(xseg_t *xs, xslab *sl, uintptr_t addr)
 
 uint32_t xsmall_requested(const xslab *sl, uintptr_t addr)
 {
-    return sl->req[(addr - sl->blk->addr) / sl->slot_size];
+    /* atomic: a thread cache may rewrite a live slot's request meanwhile */
+    return __atomic_load_n(&sl->req[(addr - sl->blk->addr) / sl->slot_size], __ATOMIC_RELAXED);
 }
 
 void xsmall_drop_stream(xseg_t *xs, xstream *s)

@@ -201,14 +201,18 @@ static tc_bin *bin_for(xtc *tc, void *stream, size_t rounded, int create)
 
 /* The allocator's own record of the request.  Written under the cache
  * lock while the block is this thread's (held or just handed out), read by
- * the global path only for live blocks and by flush under the cache lock. */
+ * the global path only for live blocks and by flush under the cache lock.
+ * A snapshot reads it under xs->lock while this thread may rewrite it, so
+ * both sides use relaxed atomics (the figure is either request; TSan's
+ * stress run caught the plain write, 2026-12-07). */
 static void set_requested(const tc_entry *e, size_t size)
 {
     if (e->tag & 1) {
         xslab *sl = (xslab *)(e->tag & ~(uintptr_t)1);
-        sl->req[(e->addr - sl->blk->addr) / sl->slot_size] = (uint32_t)size;
+        __atomic_store_n(&sl->req[(e->addr - sl->blk->addr) / sl->slot_size], (uint32_t)size,
+                         __ATOMIC_RELAXED);
     } else {
-        ((xblock *)e->tag)->requested = size;
+        __atomic_store_n(&((xblock *)e->tag)->requested, size, __ATOMIC_RELAXED);
     }
 }
 
