@@ -91,19 +91,12 @@ static void render_slots(xtb *b, const xslab *sl)
     xtb_put(b, "]");
 }
 
-/* A live block's request: its thread cache may rewrite it meanwhile
- * (tcache.c, set_requested), hence the atomic read. */
-static size_t live_request(const xblock *k)
-{
-    return __atomic_load_n(&k->requested, __ATOMIC_RELAXED);
-}
-
 static void render_block(xtb *b, const xseg_t *xs, const xblock *k, const char *sep, int tag)
 {
     const char *state = state_of(xs, k);
     const xstream *s = k->slab ? k->slab->owner : k->owner;
     xtb_put(b, "%s{\"addr\":%llu,\"size\":%llu,\"requested\":%llu,\"state\":\"%s\",\"stream\":",
-         sep, (ull)k->addr, (ull)k->size, (ull)((k->flags & (XB_FREE | XB_SLAB | XB_MOVED | XB_RELEASING)) ? 0 : live_request(k)),
+         sep, (ull)k->addr, (ull)k->size, (ull)((k->flags & (XB_FREE | XB_SLAB | XB_MOVED | XB_RELEASING)) ? 0 : xseg_requested_of(k->addr, (uintptr_t)k)),
          state);
     if (s)
         xtb_put(b, "%llu", (ull)(uintptr_t)s->handle);

@@ -11,8 +11,9 @@
  * later) and holds an unmap job until a caller finishes the unmaps
  * (xworker_finish_unmaps_locked), which settles them in the order queued,
  * so that placement never follows the worker's timing (an unmap that
- * failed is queued again, then the handle goes back into the tables).  The worker never takes xs->lock, so a caller never
- * hands the lock to it nor waits for it to settle.  Nothing is lost: a job
+ * failed is queued again, then the handle goes back into the tables).
+ * The worker never takes xs->lock, so a caller never hands the lock to it
+ * nor waits for it to settle.  Nothing is lost: a job
  * is settled by a caller, or by xworker_stop on the destroying thread.
  * Lock order: xs->lock, then the worker's own mutex. */
 #include <pthread.h>

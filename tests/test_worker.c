@@ -546,7 +546,7 @@ static int slow_worker_hook(void *user, int op)
     return XDRV_SUCCESS;
 }
 
-/* One replay of `path` with reclaim:worker, the worker slowed or not. */
+/* One replay of trace t with reclaim:worker, the worker slowed or not. */
 static void replay_with_worker(const xseg_trace *t, int slow, xseg_replay_result *r)
 {
     xseg_t *xs = t_host("reclaim:worker,host_capacity:160GB");
