@@ -45,9 +45,19 @@ enum {
                               reclaim worker (xs->releasing list, worker.c) */
 };
 
-/* A range of the virtual arena: free, allocated, or a slab. */
+/* A range of the virtual arena: free, allocated, or a slab.  A record owns
+ * its 128 bytes (xblock_new): thread caches on many cores write their own
+ * blocks' gen and requested at once, and records sharing a cache line (or
+ * the line pair a core prefetches) made every such write a transfer. */
+#define XSEG_BLOCK_ALIGN 128
+
+/* Zeroed host memory that shares no 128-byte line with any other
+ * allocation: for what one thread writes while others write beside it
+ * (block records, a slab's per-slot words, a thread cache). */
+void *xseg_calloc_lines(size_t bytes);
+
 typedef struct xblock {
-    uintptr_t addr;
+    _Alignas(XSEG_BLOCK_ALIGN) uintptr_t addr;
     size_t size;
     struct xblock *aprev, *anext; /* address order */
     struct xblock *fprev, *fnext; /* free-index bucket */
@@ -256,8 +266,9 @@ struct xseg {
      * thread caches' functions; the one call that goes up the layers, and it
      * goes through these pointers. */
     struct {
-        int (*held)(xseg_t *xs);   /* 1 when something above holds blocks */
-        void (*flush)(xseg_t *xs); /* give them back (frees under the lock) */
+        /* 1 when something above holds blocks for this stream */
+        int (*held)(xseg_t *xs, void *stream);
+        void (*flush)(xseg_t *xs, void *stream); /* give them back (frees under the lock) */
     } shrinker;
     uint64_t gen_next;    /* last generation handed out */
     atomic_int nuses;     /* record_stream uses live: thread caches step aside */
@@ -302,8 +313,10 @@ void xtc_note(xseg_t *xs, uintptr_t addr, uintptr_t tag, _Atomic uint64_t *genp,
               size_t rounded, size_t req, void *stream);
 void xtc_flush_own(xseg_t *xs);
 void xtc_flush_all(xseg_t *xs);
-/* 1 when some thread's cache holds a block (xs->lock held). */
-int xtc_held_any(xseg_t *xs);
+/* Growth's shrinker (xs->lock held): 1 when some thread's cache holds a
+ * block for `stream`; give those blocks back (other streams' stay). */
+int xtc_held_for(xseg_t *xs, void *stream);
+void xtc_flush_for(xseg_t *xs, void *stream);
 void xtc_adjust_stats(xseg_t *xs, xseg_stats *s);
 void xtc_detach_all(xseg_t *xs);
 /* The thread caches' fork lock (process.c's handler takes it: 1, gives it

@@ -217,8 +217,8 @@ static void finish(xseg_t *xs)
     /* Thread caches bypass history and live publication: off with those. */
     xs->tc_on = xs->conf.thread_cache && xs->conf.caching && !xs->conf.history &&
                 !xs->conf.stats_shm && xs->conf.release_threshold != XSEG_RELEASE_NOW;
-    xs->shrinker.held = xtc_held_any;   /* growth first flushes held caches */
-    xs->shrinker.flush = xtc_flush_all;
+    xs->shrinker.held = xtc_held_for;   /* growth first flushes held caches */
+    xs->shrinker.flush = xtc_flush_for;
 }
 
 xseg_status xlife_create(xseg_t **out, int device, const char *conf, const xseg_driver *drv,

@@ -102,8 +102,9 @@ static xseg_status slab_new(xseg_t *xs, xstream *s, int cls, xslab **out)
     xslab *sl = spare_of_class(xs, cls);
     if (!sl) {
         sl = calloc(1, sizeof *sl);
-        uint32_t *nf = malloc(n * sizeof *nf), *rq = calloc(n, sizeof *rq);
-        _Atomic uint64_t *gen = calloc(n, sizeof *gen);
+        /* rq and gen are written by thread caches' fast paths */
+        uint32_t *nf = malloc(n * sizeof *nf), *rq = xseg_calloc_lines(n * sizeof *rq);
+        _Atomic uint64_t *gen = xseg_calloc_lines(n * sizeof *gen);
         if (!sl || !nf || !rq || !gen) {
             free(sl);
             free(nf);

@@ -311,16 +311,19 @@ void xtc_note(xseg_t *xs, uintptr_t addr, uintptr_t tag, _Atomic uint64_t *genp,
     tc_unlock(tc);
 }
 
-/* Give every held block of tc back to the allocator and fold tc's counter
- * parts in (xs->lock held).  The fold already subtracted the held blocks'
- * requests: each is added back just before the global free subtracts it
- * again, so that it is subtracted once. */
-static void flush(xseg_t *xs, xtc *tc)
+/* Give the held blocks of tc for `stream` (all of them when `all`) back to
+ * the allocator and fold tc's counter parts in (xs->lock held).  The fold
+ * already subtracted the held blocks' requests: each is added back just
+ * before the global free subtracts it again, so that it is subtracted
+ * once. */
+static void flush_bins(xseg_t *xs, xtc *tc, void *stream, int all)
 {
     tc_lock(tc);
     tc_fold(xs, tc);
     for (int i = 0; i < TC_BINS; i++) {
         tc_bin *b = &tc->bins[i];
+        if (!all && b->stream != stream)
+            continue;
         for (uint32_t k = 0; k < b->n; k++) { /* oldest first, for the LRU */
             tc_entry e = b->e[k];
             atomic_store_explicit(e.genp, e.gen, memory_order_relaxed);
@@ -333,6 +336,11 @@ static void flush(xseg_t *xs, xtc *tc)
         b->n = 0;
     }
     tc_unlock(tc);
+}
+
+static void flush(xseg_t *xs, xtc *tc)
+{
+    flush_bins(xs, tc, NULL, 1);
 }
 
 void xtc_flush_own(xseg_t *xs)
@@ -348,11 +356,23 @@ void xtc_flush_all(xseg_t *xs)
         flush(xs, tc);
 }
 
-int xtc_held_any(xseg_t *xs)
+void xtc_flush_for(xseg_t *xs, void *stream)
 {
     for (xtc *tc = xs->tcs; tc; tc = tc->next)
-        if (atomic_load_explicit(&tc->held_b, memory_order_relaxed) > 0)
+        flush_bins(xs, tc, stream, 0);
+}
+
+int xtc_held_for(xseg_t *xs, void *stream)
+{
+    for (xtc *tc = xs->tcs; tc; tc = tc->next) {
+        int held = 0;
+        tc_lock(tc);
+        for (int i = 0; i < TC_BINS && !held; i++)
+            held = tc->bins[i].n && tc->bins[i].stream == stream;
+        tc_unlock(tc);
+        if (held)
             return 1;
+    }
     return 0;
 }
 
@@ -438,7 +458,7 @@ void xtc_attach(xseg_t *xs)
     if (slot < 0)
         return; /* this thread already caches for many allocators */
     pthread_once(&g_tc_once, make_key);
-    xtc *tc = calloc(1, sizeof *tc);
+    xtc *tc = xseg_calloc_lines(sizeof *tc);
     if (!tc)
         return;
     atomic_flag_clear(&tc->busy);

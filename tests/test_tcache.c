@@ -1,7 +1,7 @@
 /* test_tcache.c: the per-thread caches in front of the allocator's lock:
  * same-thread reuse, stats that count held blocks as free, double frees of
- * held blocks, frees from other threads, flushes by trim, thread exit and
- * destroy. */
+ * held blocks, frees from other threads, flushes by trim, growth (the
+ * growing stream's blocks only), thread exit and destroy. */
 #include <pthread.h>
 #include <string.h>
 
@@ -159,6 +159,68 @@ START_TEST(growth_takes_other_threads_caches_first)
 }
 END_TEST
 
+/* Threads on streams of their own (a server's workers), each allocating
+ * and freeing one size in rounds: once each has its block, the rounds run
+ * from the caches and map nothing.  Until 2026-12-07 a growth flushed every
+ * thread's cache, the flushed blocks became free memory that the next
+ * growth released, and the threads took turns flushing each other for
+ * good (about one map per thread per round). */
+#define OWN_THREADS 4
+#define OWN_ROUNDS 12
+
+typedef struct own_stream {
+    xseg_t *xs;
+    pthread_barrier_t *bar;
+    void *stream;
+    int rc;
+} own_stream;
+
+static void *pairs_in_rounds(void *v)
+{
+    own_stream *o = v;
+    for (int r = 0; r < OWN_ROUNDS; r++) {
+        pthread_barrier_wait(o->bar);
+        for (int i = 0; i < 100 && o->rc == XSEG_OK; i++) {
+            void *p;
+            o->rc = xseg_alloc(o->xs, 6 * MiB, o->stream, &p);
+            if (o->rc == XSEG_OK)
+                o->rc = xseg_free(o->xs, p);
+        }
+        pthread_barrier_wait(o->bar);
+    }
+    return NULL;
+}
+
+START_TEST(threads_on_their_own_streams_keep_their_caches)
+{
+    xseg_t *xs = t_host(NULL);
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, OWN_THREADS + 1);
+    pthread_t th[OWN_THREADS];
+    own_stream o[OWN_THREADS];
+    for (int i = 0; i < OWN_THREADS; i++) {
+        o[i] = (own_stream){.xs = xs, .bar = &bar, .stream = (void *)(uintptr_t)(0x2000 + i)};
+        pthread_create(&th[i], NULL, pairs_in_rounds, &o[i]);
+    }
+    uint64_t maps = 0;
+    for (int r = 0; r < OWN_ROUNDS; r++) {
+        pthread_barrier_wait(&bar);
+        pthread_barrier_wait(&bar);
+        if (r == 1) /* every thread has had its block for a round */
+            maps = t_stats(xs).driver_calls[XSEG_OP_MAP];
+    }
+    for (int i = 0; i < OWN_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_int_eq(o[i].rc, XSEG_OK);
+    }
+    pthread_barrier_destroy(&bar);
+    xseg_stats s = t_stats(xs);
+    ck_assert_uint_eq(s.driver_calls[XSEG_OP_MAP], maps);
+    ck_assert_uint_eq(s.mapped_bytes.peak, OWN_THREADS * 6 * MiB);
+    xseg_destroy(xs);
+}
+END_TEST
+
 START_TEST(destroy_while_a_thread_holds_blocks)
 {
     xseg_host_counts base, c;
@@ -246,6 +308,7 @@ int main(void)
     tcase_add_test(tc, free_from_another_thread);
     tcase_add_test(tc, trim_flushes_other_threads);
     tcase_add_test(tc, growth_takes_other_threads_caches_first);
+    tcase_add_test(tc, threads_on_their_own_streams_keep_their_caches);
     tcase_add_test(tc, destroy_while_a_thread_holds_blocks);
     tcase_add_test(tc, thread_exit_flushes);
     tcase_add_test(tc, record_stream_bypasses_the_cache);
