@@ -4,11 +4,11 @@
  * to about 20 ms, then BATCHES batches; the result is the median batch's
  * ns per pair (per thread), and for the threaded part also the aggregate
  * pairs per second (all threads' pairs over the batch's wall time).  The
- * threads warm up too before they calibrate: until 2026-12-07 their
- * calibration held every thread's first allocation, which for 64 MiB maps
- * pages under the allocator's lock while 15 others wait, so the batches
- * came out at a few dozen pairs and the aggregate measured the barriers
- * (xseg 22 M pairs/s at 64 MiB with 57 ns per pair per thread). */
+ * threads warm up too before they calibrate, so that no thread's first
+ * allocation (64 MiB: pages mapped under the allocator's lock) sizes the
+ * batches.  (The low 64 MiB aggregate that this was first blamed for was
+ * xseg's: threads flushing each other's caches, fixed 2026-12-07;
+ * docs/benchmarks.md, "Twentieth session".) */
 #include <pthread.h>
 #include <stdlib.h>
 
