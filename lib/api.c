@@ -544,6 +544,17 @@ static oom_entry g_oom[OOM_HANDLERS];
 static pthread_mutex_t g_oom_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local int oom_in_handler;
 
+/* fork(): process.c's handler holds the table's lock across it (a leaf,
+ * taken last), so a child never inherits it held by a thread it lacks
+ * (xseg_destroy in the child takes it to free its allocator's slot). */
+void xapi_oom_fork_lock(int take)
+{
+    if (take)
+        pthread_mutex_lock(&g_oom_lock);
+    else
+        pthread_mutex_unlock(&g_oom_lock);
+}
+
 xseg_status xseg_set_oom_handler(xseg_t *xs, xseg_oom_handler fn, void *user)
 {
     CHECK_XS(xs);

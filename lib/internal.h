@@ -468,6 +468,9 @@ xseg_status xtag_get(xseg_t *xs, int tag, int make, xseg_t **out, const char *wh
 void xtag_stats_add(xseg_t *xs, xseg_stats *s);
 /* xseg_alloc on this very allocator, ignoring the thread's tag (api.c). */
 xseg_status xapi_alloc(xseg_t *xs, size_t size, void *stream, void **out);
+/* The out-of-memory handler table's fork lock (process.c's handler takes
+ * it: 1, gives it back: 0). */
+void xapi_oom_fork_lock(int take);
 static inline int xseg_in_range(const xseg_t *xs, uintptr_t p)
 {
     return p - xs->arena.base < xs->arena.size;

@@ -33,7 +33,10 @@ static pthread_mutex_t g_pool_lock = PTHREAD_MUTEX_INITIALIZER;
  *   3. the stats_shm file lock (shm.c, xshm_fork_lock): taken by create and
  *      destroy;
  *   4. g_tc_lock (tcache.c, xtc_fork_lock): taken around an allocator lock;
- *   5. the host backend's counter lock (driver_host.c): a leaf.  The backend
+ *   5. g_oom_lock (api.c, xapi_oom_fork_lock): the out-of-memory handler
+ *      table; a leaf, taken by xseg_set_oom_handler, by xseg_destroy and
+ *      on the out-of-memory path;
+ *   6. the host backend's counter lock (driver_host.c): a leaf.  The backend
  *      may serve without an allocator, so it keeps its own pthread_atfork
  *      handler; fork_register registers it before this one, and
  *      pthread_atfork runs prepare handlers in the reverse order of
@@ -48,10 +51,12 @@ static void fork_prepare(void)
     pthread_mutex_lock(&g_pool_lock);
     xshm_fork_lock(1);
     xtc_fork_lock(1);
+    xapi_oom_fork_lock(1);
 }
 
 static void fork_parent(void)
 {
+    xapi_oom_fork_lock(0);
     xtc_fork_lock(0);
     xshm_fork_lock(0);
     pthread_mutex_unlock(&g_pool_lock);

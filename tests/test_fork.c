@@ -347,7 +347,8 @@ END_TEST
  * Threads sit in xseg_default (device 1 fails to open, retried under the
  * defaults lock each time), in the PyTorch entry points, in graph pools
  * (whose lock is held across a pool's creation) and in stats_shm allocators
- * (the file lock, around creation and destroy).  Before these locks were
+ * (the file lock, around creation and destroy), and in the out-of-memory
+ * handler table (its lock, which destroy takes).  Before these locks were
  * held across fork(), a child hung on one of them nearly every time. */
 
 typedef struct hammer {
@@ -398,6 +399,27 @@ static void *hammer_pools(void *arg)
 }
 
 #define SHM_CONF "backend:host,host_capacity:64MB,stats_shm:on"
+
+static int no_oom(xseg_t *xs, size_t size, void *user)
+{
+    (void)xs, (void)size, (void)user;
+    return 0;
+}
+
+/* Sets and removes an out-of-memory handler (the handler table's lock,
+ * which xseg_destroy takes too). */
+static void *hammer_oom(void *arg)
+{
+    hammer *h = arg;
+    xseg_t *x = t_host(NULL);
+    while (!atomic_load(&h->stop)) {
+        xseg_set_oom_handler(x, no_oom, NULL);
+        xseg_set_oom_handler(x, NULL, NULL);
+        atomic_fetch_add(&h->ops, 1);
+    }
+    xseg_destroy(x);
+    return NULL;
+}
 
 static void *hammer_shm(void *arg)
 {
@@ -464,9 +486,10 @@ START_TEST(fork_while_threads_hold_process_locks)
     ck_assert_ptr_nonnull(mkdtemp(dir));
     setenv(XSEG_SHM_DIR_ENV, dir, 1); /* before the threads start */
     hammer h = {0};
-    void *(*fns[4])(void *) = {hammer_default, hammer_torch, hammer_pools, hammer_shm};
-    pthread_t th[4];
-    for (int i = 0; i < 4; i++)
+    void *(*fns[5])(void *) = {hammer_default, hammer_torch, hammer_pools, hammer_shm,
+                               hammer_oom};
+    pthread_t th[5];
+    for (int i = 0; i < 5; i++)
         ck_assert_int_eq(pthread_create(&th[i], NULL, fns[i], &h), 0);
     int forks = RUNNING_ON_VALGRIND ? 10 : 50, bad = 0;
     for (int k = 0; k < forks; k++) {
@@ -474,7 +497,7 @@ START_TEST(fork_while_threads_hold_process_locks)
         bad += in_child(locks_child, NULL) != 0; /* a hang fails in in_child */
     }
     atomic_store(&h.stop, 1);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         pthread_join(th[i], NULL);
     xseg_torch_reset();
     xseg_torch_pools_info info;
@@ -483,7 +506,7 @@ START_TEST(fork_while_threads_hold_process_locks)
     unsetenv(XSEG_SHM_DIR_ENV);
     ck_assert_msg(rmdir(dir) == 0, "%s not empty: a stats_shm file was left behind", dir);
     ck_assert_int_eq(bad, 0);
-    printf("fork: %d children forked during %ld operations of 4 threads\n", forks,
+    printf("fork: %d children forked during %ld operations of 5 threads\n", forks,
            atomic_load(&h.ops));
 }
 END_TEST
