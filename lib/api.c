@@ -528,68 +528,20 @@ xseg_status xseg_history_json(xseg_t *xs, char *buf, size_t cap, size_t *len)
 }
 
 /* ---- out-of-memory handler (xseg_set_oom_handler, issue 16) ----
- * A small table, not a field of struct xseg: it is read only on the
- * out-of-memory path.  The handler runs without the allocator's lock and
- * is not re-entered on the same thread (oom_in_handler). */
+ * The table of handlers is process-wide state (process.c).  The handler
+ * runs without the allocator's lock and is not re-entered on the same
+ * thread (oom_in_handler). */
 
-#define OOM_HANDLERS 64
-
-typedef struct oom_entry {
-    xseg_t *xs;
-    xseg_oom_handler fn;
-    void *user;
-} oom_entry;
-
-static oom_entry g_oom[OOM_HANDLERS];
-static pthread_mutex_t g_oom_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local int oom_in_handler;
-
-/* fork(): process.c's handler holds the table's lock across it (a leaf,
- * taken last), so a child never inherits it held by a thread it lacks
- * (xseg_destroy in the child takes it to free its allocator's slot). */
-void xapi_oom_fork_lock(int take)
-{
-    if (take)
-        pthread_mutex_lock(&g_oom_lock);
-    else
-        pthread_mutex_unlock(&g_oom_lock);
-}
 
 xseg_status xseg_set_oom_handler(xseg_t *xs, xseg_oom_handler fn, void *user)
 {
     CHECK_XS(xs);
-    oom_entry *slot = NULL;
-    pthread_mutex_lock(&g_oom_lock);
-    for (int i = 0; i < OOM_HANDLERS && !slot; i++)
-        if (g_oom[i].xs == xs)
-            slot = &g_oom[i];
-    for (int i = 0; i < OOM_HANDLERS && !slot && fn; i++)
-        if (!g_oom[i].xs)
-            slot = &g_oom[i];
-    if (slot)
-        *slot = fn ? (oom_entry){xs, fn, user} : (oom_entry){NULL, NULL, NULL};
-    pthread_mutex_unlock(&g_oom_lock);
-    if (!slot && fn)
+    if (!xproc_oom_set(xs, fn, user))
         return xseg_fail(xs, XSEG_ERR_INVALID_ARG,
                          "xseg_set_oom_handler: %d allocators have a handler already; "
-                         "remove one (fn NULL) first", OOM_HANDLERS);
+                         "remove one (fn NULL) first", XPROC_OOM_HANDLERS);
     return XSEG_OK;
-}
-
-/* The handler of xs, or of the allocator whose tag xs serves. */
-static int oom_lookup(xseg_t *xs, oom_entry *out)
-{
-    xseg_t *want[2] = {xs, xs->parent};
-    int found = 0;
-    pthread_mutex_lock(&g_oom_lock);
-    for (int w = 0; w < 2 && !found; w++)
-        for (int i = 0; i < OOM_HANDLERS && !found && want[w]; i++)
-            if (g_oom[i].xs == want[w]) {
-                *out = g_oom[i];
-                found = 1;
-            }
-    pthread_mutex_unlock(&g_oom_lock);
-    return found;
 }
 
 /* xapi_alloc's out-of-memory end, xs locked: without a handler (or inside
@@ -597,8 +549,8 @@ static int oom_lookup(xseg_t *xs, oom_entry *out)
  * one more attempt follows if it asks for it. */
 static xseg_status oom_handled(xseg_t *xs, size_t size, void *stream, void **out)
 {
-    oom_entry h;
-    int have = !oom_in_handler && oom_lookup(xs, &h);
+    xproc_oom h;
+    int have = !oom_in_handler && xproc_oom_find(xs, &h);
     xlock_unlock(&xs->lock);
     if (!have)
         return XSEG_ERR_OOM;

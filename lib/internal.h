@@ -457,6 +457,17 @@ void xproc_pool_unlock(void);
 int xproc_default_device(const xseg_t *xs);
 xseg_t *xproc_default_peek(int device);
 xseg_t *xproc_default_owning(int device, const void *ptr);
+/* The out-of-memory handlers' table (xseg_set_oom_handler): set xs's
+ * handler (fn NULL: remove it; 0 when the table is full); find the handler
+ * of xs or of the allocator whose tag xs serves (0: none). */
+#define XPROC_OOM_HANDLERS 64
+typedef struct xproc_oom {
+    xseg_t *xs;
+    xseg_oom_handler fn;
+    void *user;
+} xproc_oom;
+int xproc_oom_set(xseg_t *xs, xseg_oom_handler fn, void *user);
+int xproc_oom_find(xseg_t *xs, xproc_oom *out);
 
 /* ---- tags.c ---- */
 /* The calling thread's tag (top of its stack, 0 when empty). */
@@ -468,9 +479,6 @@ xseg_status xtag_get(xseg_t *xs, int tag, int make, xseg_t **out, const char *wh
 void xtag_stats_add(xseg_t *xs, xseg_stats *s);
 /* xseg_alloc on this very allocator, ignoring the thread's tag (api.c). */
 xseg_status xapi_alloc(xseg_t *xs, size_t size, void *stream, void **out);
-/* The out-of-memory handler table's fork lock (process.c's handler takes
- * it: 1, gives it back: 0). */
-void xapi_oom_fork_lock(int take);
 static inline int xseg_in_range(const xseg_t *xs, uintptr_t p)
 {
     return p - xs->arena.base < xs->arena.size;

@@ -1,7 +1,8 @@
 /* process.c: process-wide state, in one place: the default allocators (one
  * per device, created on first use, never destroyed), the conf they are
  * created with, the one device registry (the PyTorch entry points,
- * plugin.c, look allocators up here), the graph-pool lock, and fork():
+ * plugin.c, look allocators up here), the graph-pool lock, the table of
+ * out-of-memory handlers (xseg_set_oom_handler), and fork():
  * the fork generation and the one handler that holds every process-wide
  * lock of the library across fork(), in a fixed order. */
 #include <pthread.h>
@@ -16,6 +17,8 @@ atomic_uint xseg_fork_gen_now;
 static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t g_default_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t g_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t g_oom_lock = PTHREAD_MUTEX_INITIALIZER;
+static xproc_oom g_oom[XPROC_OOM_HANDLERS];
 
 /* ---- fork(): every process-wide lock is held across it ----
  * A child inherits each lock in the state the parent's threads left it, but
@@ -33,9 +36,10 @@ static pthread_mutex_t g_pool_lock = PTHREAD_MUTEX_INITIALIZER;
  *   3. the stats_shm file lock (shm.c, xshm_fork_lock): taken by create and
  *      destroy;
  *   4. g_tc_lock (tcache.c, xtc_fork_lock): taken around an allocator lock;
- *   5. g_oom_lock (api.c, xapi_oom_fork_lock): the out-of-memory handler
- *      table; a leaf, taken by xseg_set_oom_handler, by xseg_destroy and
- *      on the out-of-memory path;
+ *   5. g_oom_lock (here): the out-of-memory handlers' table; a leaf, taken
+ *      by xseg_set_oom_handler, by xseg_destroy and on the out-of-memory
+ *      path (until 2026-12-07 it was not held across fork(), and a child's
+ *      xseg_destroy could wait on it forever);
  *   6. the host backend's counter lock (driver_host.c): a leaf.  The backend
  *      may serve without an allocator, so it keeps its own pthread_atfork
  *      handler; fork_register registers it before this one, and
@@ -51,12 +55,12 @@ static void fork_prepare(void)
     pthread_mutex_lock(&g_pool_lock);
     xshm_fork_lock(1);
     xtc_fork_lock(1);
-    xapi_oom_fork_lock(1);
+    pthread_mutex_lock(&g_oom_lock);
 }
 
 static void fork_parent(void)
 {
-    xapi_oom_fork_lock(0);
+    pthread_mutex_unlock(&g_oom_lock);
     xtc_fork_lock(0);
     xshm_fork_lock(0);
     pthread_mutex_unlock(&g_pool_lock);
@@ -100,6 +104,41 @@ void xproc_pool_lock(void)
 void xproc_pool_unlock(void)
 {
     pthread_mutex_unlock(&g_pool_lock);
+}
+
+/* ---- the out-of-memory handlers' table ----
+ * A small table, not a field of struct xseg: it is read only on the
+ * out-of-memory path. */
+
+int xproc_oom_set(xseg_t *xs, xseg_oom_handler fn, void *user)
+{
+    xproc_oom *slot = NULL;
+    pthread_mutex_lock(&g_oom_lock);
+    for (int i = 0; i < XPROC_OOM_HANDLERS && !slot; i++)
+        if (g_oom[i].xs == xs)
+            slot = &g_oom[i];
+    for (int i = 0; i < XPROC_OOM_HANDLERS && !slot && fn; i++)
+        if (!g_oom[i].xs)
+            slot = &g_oom[i];
+    if (slot)
+        *slot = fn ? (xproc_oom){xs, fn, user} : (xproc_oom){NULL, NULL, NULL};
+    pthread_mutex_unlock(&g_oom_lock);
+    return slot != NULL || !fn;
+}
+
+int xproc_oom_find(xseg_t *xs, xproc_oom *out)
+{
+    xseg_t *want[2] = {xs, xs->parent};
+    int found = 0;
+    pthread_mutex_lock(&g_oom_lock);
+    for (int w = 0; w < 2 && !found; w++)
+        for (int i = 0; i < XPROC_OOM_HANDLERS && !found && want[w]; i++)
+            if (g_oom[i].xs == want[w]) {
+                *out = g_oom[i];
+                found = 1;
+            }
+    pthread_mutex_unlock(&g_oom_lock);
+    return found;
 }
 
 /* ---- process-wide default allocators: the device registry ----
