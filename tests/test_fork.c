@@ -488,8 +488,9 @@ START_TEST(fork_while_threads_hold_process_locks)
     hammer h = {0};
     void *(*fns[5])(void *) = {hammer_default, hammer_torch, hammer_pools, hammer_shm,
                                hammer_oom};
-    pthread_t th[5];
-    for (int i = 0; i < 5; i++)
+    enum { HAMMERS = sizeof fns / sizeof *fns };
+    pthread_t th[HAMMERS];
+    for (int i = 0; i < HAMMERS; i++)
         ck_assert_int_eq(pthread_create(&th[i], NULL, fns[i], &h), 0);
     int forks = RUNNING_ON_VALGRIND ? 10 : 50, bad = 0;
     for (int k = 0; k < forks; k++) {
@@ -497,7 +498,7 @@ START_TEST(fork_while_threads_hold_process_locks)
         bad += in_child(locks_child, NULL) != 0; /* a hang fails in in_child */
     }
     atomic_store(&h.stop, 1);
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < HAMMERS; i++)
         pthread_join(th[i], NULL);
     xseg_torch_reset();
     xseg_torch_pools_info info;
@@ -506,8 +507,8 @@ START_TEST(fork_while_threads_hold_process_locks)
     unsetenv(XSEG_SHM_DIR_ENV);
     ck_assert_msg(rmdir(dir) == 0, "%s not empty: a stats_shm file was left behind", dir);
     ck_assert_int_eq(bad, 0);
-    printf("fork: %d children forked during %ld operations of 5 threads\n", forks,
-           atomic_load(&h.ops));
+    printf("fork: %d children forked during %ld operations of %d threads\n", forks,
+           atomic_load(&h.ops), (int)HAMMERS);
 }
 END_TEST
 
