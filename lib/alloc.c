@@ -1009,6 +1009,8 @@ static xseg_status ensure_mapped(xseg_t *xs, xblock *b, size_t request)
     if (xs->cap < limit)
         limit = xs->cap;
     if (xs->mapped.cur + need > limit && xs->conf.caching) {
+        if (xs->shrinker.drop_slabs) /* their pages may then move */
+            xs->shrinker.drop_slabs(xs);
         need -= move_pages(xs, b, xs->mapped.cur + need - limit);
         if (!need)
             return XSEG_OK;

@@ -37,7 +37,7 @@ typedef struct ck {
     xseg_t *xs;
     int failed;
     xseg_status st;            /* XSEG_ERR_INTERNAL, or OOM for the walk's own memory */
-    size_t nblocks, nfree, nlru, nmoved, nlisted_slabs;
+    size_t nblocks, nfree, nlru, nmoved, nlisted_slabs, nkept_slabs;
     size_t used;               /* bytes of blocks in use (arena_used) */
     size_t live, live_bytes;   /* live map: entries, their block/slot bytes */
     uint64_t live_req;         /* their requested bytes */
@@ -511,8 +511,11 @@ static int ck_slab(ck *c, const xblock *b)
     if (sl->listed != (sl->nfree > 0))
         return bad(c, "slabs with free slots are listed", b, "listed %d, %u free", sl->listed,
                    sl->nfree);
+    if (sl->is_kept && sl->nfree != sl->nslots)
+        return bad(c, "kept slabs are empty", b, "%u of %u slots free", sl->nfree, sl->nslots);
     uint64_t seen[CK_MAX_SLOTS / 64] = {0};
     c->nlisted_slabs += !!sl->listed;
+    c->nkept_slabs += !!sl->is_kept;
     return ck_slab_free_list(c, sl, seen) && ck_slab_used(c, sl, seen);
 }
 
@@ -542,12 +545,30 @@ static int ck_partials(ck *c)
     return 1;
 }
 
+/* xs->kept_slabs holds the kept slabs, each once (growth drops them). */
+static int ck_kept(ck *c)
+{
+    size_t n = 0;
+    const xlist_node *prev = NULL;
+    for (const xlist_node *l = xlist_first(&c->xs->kept_slabs); l; prev = l, l = l->next, n++) {
+        const xslab *sl = XLIST_ENTRY(l, const xslab, kept);
+        if (l->prev != prev || !sl->is_kept || !sl->blk || sl->blk->slab != sl ||
+            n >= c->nkept_slabs)
+            return bad(c, "the kept list holds kept slabs", sl->blk, "%zu kept, entry %zu",
+                       c->nkept_slabs, n);
+    }
+    if (c->xs->kept_slabs.last != prev || n != c->nkept_slabs)
+        return bad(c, "kept slabs are on the kept list", NULL, "%zu kept, %zu on the list",
+                   c->nkept_slabs, n);
+    return 1;
+}
+
 static int ck_slabs(ck *c)
 {
     for (const xblock *b = c->xs->first_block; b; b = b->anext)
         if ((b->flags & XB_SLAB) && !ck_slab(c, b))
             return 0;
-    return ck_partials(c);
+    return ck_partials(c) && ck_kept(c);
 }
 
 /* ---- pages and handles ---- */

@@ -100,7 +100,8 @@ typedef struct xslab {
     uint32_t *req;              /* requested size per slot (0 = free) */
     _Atomic uint64_t *gen;      /* generation per slot, as xblock.gen */
     struct xslab *spare_next;   /* in xs->spare_slabs[cls] (metadata is recycled) */
-    int listed;
+    xlist_node kept;            /* in xs->kept_slabs while it is an empty slab kept */
+    int listed, is_kept;
 } xslab;
 
 /* Per-stream state: its free blocks, its slabs and its event epochs. */
@@ -269,11 +270,14 @@ struct xseg {
         /* 1 when something above holds blocks for this stream */
         int (*held)(xseg_t *xs, void *stream);
         void (*flush)(xseg_t *xs, void *stream); /* give them back (frees under the lock) */
+        size_t (*drop_slabs)(xseg_t *xs); /* the empty slabs kept for reuse go (small.c) */
     } shrinker;
     uint64_t gen_next;    /* last generation handed out */
     atomic_int nuses;     /* record_stream uses live: thread caches step aside */
     xslab *spare_slabs[XSEG_MAX_CLASSES]; /* recycled slab metadata, per class:
                                            * a new slab takes its class's in O(1) */
+    xlist kept_slabs;     /* empty slabs kept for reuse (xslab.kept): growth over
+                           * the release threshold gives them back first */
     /* tags (tags.c): each tag's memory is an allocator of its own */
     char *conf_text;      /* the conf it was made with (its tags' start from it) */
     int drv_shared;       /* the driver context is the parent's (drv.c) */
@@ -733,6 +737,7 @@ xseg_status xsmall_alloc(xseg_t *xs, xstream *s, int cls, size_t size, void **ou
 void xsmall_free(xseg_t *xs, xslab *slab, uintptr_t addr);
 /* Release the empty slabs of a retired stream whose work is done. */
 void xsmall_drop_stream(xseg_t *xs, xstream *s);
+size_t xsmall_drop_kept(xseg_t *xs);
 
 /* ---- stats.c ---- */
 void xseg_fill_stats(xseg_t *xs, xseg_stats *st);

@@ -535,6 +535,53 @@ START_TEST(retired_stream_is_never_touched)
 }
 END_TEST
 
+/* Empty slabs kept for reuse (one per class and stream) go back to free
+ * space when a growth is over the release threshold: three slabs, each at
+ * the head of a page whose rest is cached, pinned three pages that no
+ * growth could move or release (cuda_churn's sequence: 54 such slabs, 5
+ * pages at its live peak).  Dropped first, the pages they free are moved
+ * under the growth. */
+START_TEST(growth_drops_kept_empty_slabs)
+{
+    xseg_t *xs = t_host("thread_cache:off");
+    static const size_t smalls[3] = {1000, 5000, 20000}; /* three classes */
+    static char snap[1 << 20];
+    void *sm[3], *fill[3], *g, *again;
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(xseg_alloc(xs, smalls[i], S1, &sm[i]), XSEG_OK);
+        ck_assert_msg((uintptr_t)sm[i] % (2 * MiB) == 0, "slab %d not at a page's head", i);
+        void *probe; /* placed at the slab's end: the rest of the page is filled */
+        ck_assert_int_eq(xseg_alloc(xs, MiB, S1, &probe), XSEG_OK);
+        size_t slab = (size_t)((char *)probe - (char *)sm[i]);
+        ck_assert_uint_lt(slab, MiB);
+        ck_assert_int_eq(xseg_free(xs, probe), XSEG_OK);
+        ck_assert_int_eq(xseg_alloc(xs, 2 * MiB - slab, S1, &fill[i]), XSEG_OK);
+        ck_assert_ptr_eq(fill[i], probe);
+    }
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 6 * MiB);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(xseg_free(xs, sm[i]), XSEG_OK);
+        ck_assert_int_eq(xseg_free(xs, fill[i]), XSEG_OK);
+    }
+    ck_assert_int_eq(xseg_snapshot_json(xs, snap, sizeof snap, NULL), XSEG_OK);
+    ck_assert_ptr_nonnull(strstr(snap, "\"state\":\"slab\"")); /* kept */
+    xseg_stats s0 = t_stats(xs);
+    ck_assert_int_eq(xseg_alloc(xs, 6 * MiB, S1, &g), XSEG_OK);
+    xseg_stats s1 = t_stats(xs);
+    ck_assert_int_eq(xseg_snapshot_json(xs, snap, sizeof snap, NULL), XSEG_OK);
+    ck_assert_ptr_null(strstr(snap, "\"state\":\"slab\"")); /* the slabs went */
+    ck_assert_uint_eq(s1.moved_bytes - s0.moved_bytes, 4 * MiB);
+    ck_assert_uint_eq(s1.mapped_bytes.current, 8 * MiB); /* 12 MiB with the slabs kept */
+    t_fill(g, 6 * MiB, 7);
+    ck_assert_int_eq(xseg_alloc(xs, smalls[0], S1, &again), XSEG_OK); /* a slab again */
+    memset(again, 1, smalls[0]);
+    ck_assert(t_check(g, 6 * MiB, 7));
+    ck_assert_int_eq(xseg_free(xs, again), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, g), XSEG_OK);
+    xseg_destroy(xs);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("policy");
@@ -561,6 +608,7 @@ static Suite *suite(void)
     tcase_add_test(tc, split_spans_free_blocks_of_several_owners);
     tcase_add_test(tc, other_streams_idle_cache_is_adopted);
     tcase_add_test(tc, trim_keeps_requested_cache);
+    tcase_add_test(tc, growth_drops_kept_empty_slabs);
     suite_add_tcase(s, tc);
     return s;
 }
