@@ -1009,8 +1009,8 @@ static xseg_status ensure_mapped(xseg_t *xs, xblock *b, size_t request)
     if (xs->cap < limit)
         limit = xs->cap;
     if (xs->mapped.cur + need > limit && xs->conf.caching) {
-        if (xs->shrinker.drop_slabs) /* their pages may then move */
-            xs->shrinker.drop_slabs(xs);
+        if (xs->shrinker.over_threshold) /* deferred frees, kept slabs: may then move */
+            xs->shrinker.over_threshold(xs);
         need -= move_pages(xs, b, xs->mapped.cur + need - limit);
         if (!need)
             return XSEG_OK;

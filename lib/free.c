@@ -112,6 +112,21 @@ void xseg_retire_stream(xseg_t *xs, xstream *s)
         xseg_collect_streams(xs, 0);
 }
 
+/* A growth over the release threshold (alloc.c, through the shrinker)
+ * first takes back what is held above the blocks: the deferred frees
+ * (record_stream), waiting for their streams' events when release_wait is
+ * on, as the threshold waits for cached blocks, so that their pages can be
+ * moved under the growth; then the empty slabs kept for reuse.  On
+ * cuda_churn under the preload library (asynchronous frees become
+ * record_stream uses) with a GPU running behind, the deferred blocks were
+ * what held the mapped peak 4% over live (docs/performance.md). */
+void xseg_over_threshold(xseg_t *xs)
+{
+    if (xs->pend_head)
+        xpending_process(xs, xs->conf.release_wait);
+    xsmall_drop_kept(xs);
+}
+
 /* Retired streams are settled and collected first (waiting for their
  * retire-time events): their slabs are already gone then. */
 void xseg_drop_empty_slabs(xseg_t *xs)

@@ -270,7 +270,9 @@ struct xseg {
         /* 1 when something above holds blocks for this stream */
         int (*held)(xseg_t *xs, void *stream);
         void (*flush)(xseg_t *xs, void *stream); /* give them back (frees under the lock) */
-        size_t (*drop_slabs)(xseg_t *xs); /* the empty slabs kept for reuse go (small.c) */
+        /* growth over the release threshold: what the layers above hold goes
+         * back first (free.c, xseg_over_threshold) */
+        void (*over_threshold)(xseg_t *xs);
     } shrinker;
     uint64_t gen_next;    /* last generation handed out */
     atomic_int nuses;     /* record_stream uses live: thread caches step aside */
@@ -392,6 +394,7 @@ xseg_status xseg_free_locked(xseg_t *xs, uintptr_t addr);
 void xseg_release_user(xseg_t *xs, uintptr_t addr, uintptr_t tag);
 /* Complete pending frees whose events are done (all, waiting, if block). */
 void xpending_process(xseg_t *xs, int block);
+void xseg_over_threshold(xseg_t *xs);
 /* xseg_stream_retire: wait, detach, settle; collect gone states now and
  * then. */
 void xseg_retire_stream(xseg_t *xs, xstream *s);

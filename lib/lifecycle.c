@@ -219,7 +219,7 @@ static void finish(xseg_t *xs)
                 !xs->conf.stats_shm && xs->conf.release_threshold != XSEG_RELEASE_NOW;
     xs->shrinker.held = xtc_held_for;   /* growth first flushes held caches */
     xs->shrinker.flush = xtc_flush_for;
-    xs->shrinker.drop_slabs = xsmall_drop_kept; /* growth over the threshold drops them */
+    xs->shrinker.over_threshold = xseg_over_threshold; /* deferred frees, kept slabs */
 }
 
 xseg_status xlife_create(xseg_t **out, int device, const char *conf, const xseg_driver *drv,
