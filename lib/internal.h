@@ -740,7 +740,7 @@ xseg_status xsmall_alloc(xseg_t *xs, xstream *s, int cls, size_t size, void **ou
 void xsmall_free(xseg_t *xs, xslab *slab, uintptr_t addr);
 /* Release the empty slabs of a retired stream whose work is done. */
 void xsmall_drop_stream(xseg_t *xs, xstream *s);
-size_t xsmall_drop_kept(xseg_t *xs);
+void xsmall_drop_kept(xseg_t *xs);
 
 /* ---- stats.c ---- */
 void xseg_fill_stats(xseg_t *xs, xseg_stats *st);

@@ -223,17 +223,11 @@ void xsmall_drop_stream(xseg_t *xs, xstream *s)
  * back to free space first.  Each holds 64-256 KiB of a page that nothing
  * live may share; on cuda_churn's sequence (log-uniform sizes on three
  * streams) 54 of them held 5 pages mapped at the live peak.  The next
- * request of their class makes a slab again, from cached memory.  Returns
- * the bytes given back. */
-size_t xsmall_drop_kept(xseg_t *xs)
+ * request of their class makes a slab again, from cached memory. */
+void xsmall_drop_kept(xseg_t *xs)
 {
-    size_t bytes = 0;
-    while (!xlist_empty(&xs->kept_slabs)) {
-        xslab *sl = XLIST_ENTRY(xlist_first(&xs->kept_slabs), xslab, kept);
-        bytes += sl->blk->size;
-        slab_destroy(xs, sl);
-    }
-    return bytes;
+    while (!xlist_empty(&xs->kept_slabs))
+        slab_destroy(xs, XLIST_ENTRY(xlist_first(&xs->kept_slabs), xslab, kept));
 }
 
 static void free_slab_meta(xslab *sl)

@@ -14,7 +14,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 TOOL = os.path.join(ROOT, "tools", "preload", "churn_trace.py")
 sys.path.insert(0, os.path.join(ROOT, "tools", "gpu"))
-from corpus_tools import parse_line, read_trace  # noqa: E402
+from corpus_tools import parse_line, read_trace, trace_facts  # noqa: E402
 
 failures = []
 
@@ -39,14 +39,6 @@ def app_peak(app, iters, sync):
     return None
 
 
-def events(path):
-    out = []
-    for line in read_trace(path):
-        if line and not line.startswith("#"):
-            out.append(parse_line(line))
-    return out
-
-
 def main():
     app = sys.argv[1]
     with tempfile.TemporaryDirectory() as d:
@@ -58,20 +50,15 @@ def main():
             want = app_peak(app, iters, sync)
             check(want is not None and got == want,
                   "live peak %s is preload_app's %s" % (got, want))
-            ev = events(path)
-            live, streams, nalloc = set(), set(), 0
-            ok = True
-            for e in ev:
-                if e[0] == "a":
-                    ok &= e[1] not in live
-                    live.add(e[1])
-                    streams.add(e[3])
-                    nalloc += 1
-                else:
-                    ok &= e[1] in live
-                    live.discard(e[1])
-            check(ok and not live and nalloc == iters,
-                  "every id allocated once and freed once (%d allocations)" % nalloc)
+            lines = read_trace(path)
+            try:  # raises on an id allocated while live or freed while dead
+                facts = trace_facts(lines)
+            except ValueError as e:
+                facts = {"error": str(e)}
+            check(facts.get("allocs") == iters and facts.get("frees") == iters and
+                  facts.get("live_at_end") == 0,
+                  "every id allocated once and freed once (%s)" % facts)
+            streams = set(ev[3] for ev in map(parse_line, lines) if ev and ev[0] == "a")
             check(streams == ({0} if sync else {0, 3, 4}), "streams %s" % sorted(streams))
         r = tool("--iters", "0", os.path.join(d, "x"))
         check(r.returncode == 2, "--iters 0: usage error (exit %d)" % r.returncode)

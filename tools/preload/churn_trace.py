@@ -24,7 +24,12 @@ Exit status: 0 success, 2 usage error.
 """
 import argparse
 import gzip
+import os
 import sys
+
+# The checked trace walk the corpus tools use (stdlib only).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gpu"))
+from corpus_tools import trace_facts  # noqa: E402
 
 DEPTH = 24            # a block is freed this many iterations after it is made
 MASK = (1 << 64) - 1
@@ -65,20 +70,6 @@ def sequence(iters, all_sync=False):
         nid += 1
 
 
-def live_peak(lines):
-    live = peak = 0
-    sizes = {}
-    for line in lines:
-        f = line.split(",")
-        if f[0] == "a":
-            sizes[f[1]] = int(f[2])
-            live += int(f[2])
-            peak = max(peak, live)
-        else:
-            live -= sizes.pop(f[1])
-    return peak
-
-
 def main():
     doc = __doc__.split("\n\n")
     ap = argparse.ArgumentParser(prog="churn_trace.py", description=doc[0],
@@ -96,7 +87,7 @@ def main():
         f.write("# xseg-trace v1: a,<id>,<bytes>,<stream> | f,<id>; from cuda_churn's sequence,"
                 " %d iterations%s\n" % (a.iters, ", all cudaMalloc" if a.sync else ""))
         f.write("\n".join(lines) + "\n")
-    print("live_peak=%d" % live_peak(lines))
+    print("live_peak=%d" % trace_facts(lines)["peak_live_bytes"])
     return 0
 
 
