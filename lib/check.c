@@ -511,8 +511,9 @@ static int ck_slab(ck *c, const xblock *b)
     if (sl->listed != (sl->nfree > 0))
         return bad(c, "slabs with free slots are listed", b, "listed %d, %u free", sl->listed,
                    sl->nfree);
-    if (sl->is_kept && sl->nfree != sl->nslots)
-        return bad(c, "kept slabs are empty", b, "%u of %u slots free", sl->nfree, sl->nslots);
+    if (sl->is_kept != (sl->nfree == sl->nslots))
+        return bad(c, "kept slabs are the empty ones", b, "kept %d, %u of %u slots free",
+                   sl->is_kept, sl->nfree, sl->nslots);
     uint64_t seen[CK_MAX_SLOTS / 64] = {0};
     c->nlisted_slabs += !!sl->listed;
     c->nkept_slabs += !!sl->is_kept;

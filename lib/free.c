@@ -128,10 +128,10 @@ void xseg_over_threshold(xseg_t *xs)
 }
 
 /* Retired streams are settled and collected first (waiting for their
- * retire-time events): their slabs are already gone then. */
+ * retire-time events): their slabs are already gone then.  Every other
+ * empty slab is a kept one (small.c). */
 void xseg_drop_empty_slabs(xseg_t *xs)
 {
     xseg_collect_streams(xs, 1);
-    for (xstream *s = xs->all_streams; s; s = s->next_all)
-        xsmall_drop_stream(xs, s);
+    xsmall_drop_kept(xs);
 }

@@ -155,6 +155,20 @@ static xseg_status slab_new(xseg_t *xs, xstream *s, int cls, xslab **out)
     return XSEG_OK;
 }
 
+/* Slab sl (listed) has every slot free.  Keep one empty slab per class and
+ * stream, on xs->kept_slabs; give back the others, and every one of a
+ * retired stream (nothing allocates from it again).  So every empty slab
+ * is a kept one (xseg_check asserts it), and xsmall_drop_kept finds them
+ * all without a scan. */
+static void slab_emptied(xseg_t *xs, xslab *sl)
+{
+    if (sl->link.prev || sl->link.next || sl->owner->retired ||
+        xs->conf.release_threshold == XSEG_RELEASE_NOW)
+        slab_destroy(xs, sl);
+    else
+        keep_slab(xs, sl);
+}
+
 xseg_status xsmall_alloc(xseg_t *xs, xstream *s, int cls, size_t size, void **out)
 {
     xlist_node *first = xlist_first(&s->partial[cls]);
@@ -167,8 +181,11 @@ xseg_status xsmall_alloc(xseg_t *xs, xstream *s, int cls, size_t size, void **ou
     uint32_t slot = sl->free_head;
     XSEG_ASSERT(sl->listed && sl->nfree > 0 && slot < sl->nslots && !sl->req[slot]);
     uintptr_t addr = sl->blk->addr + (uintptr_t)slot * sl->slot_size;
-    if (xseg_ptrmap_put(&xs->live, addr, (uintptr_t)sl | 1) != 0)
+    if (xseg_ptrmap_put(&xs->live, addr, (uintptr_t)sl | 1) != 0) {
+        if (sl->nfree == sl->nslots)
+            slab_emptied(xs, sl); /* a new slab nothing took: kept or given back */
         return xseg_fail(xs, XSEG_ERR_OOM, "xseg: no host memory to track an allocation");
+    }
     unkeep_slab(xs, sl);
     sl->free_head = sl->next_free[slot];
     sl->req[slot] = (uint32_t)size;
@@ -189,15 +206,8 @@ void xsmall_free(xseg_t *xs, xslab *sl, uintptr_t addr)
     sl->nfree++;
     if (!sl->listed)
         link_slab(sl);
-    /* Keep one empty slab per class and stream; give back the others, and
-     * every one of a retired stream (nothing allocates from it again). */
-    if (sl->nfree < sl->nslots)
-        return;
-    if (sl->link.prev || sl->link.next || sl->owner->retired ||
-        xs->conf.release_threshold == XSEG_RELEASE_NOW)
-        slab_destroy(xs, sl);
-    else
-        keep_slab(xs, sl);
+    if (sl->nfree == sl->nslots)
+        slab_emptied(xs, sl);
 }
 
 uint32_t xsmall_requested(const xslab *sl, uintptr_t addr)

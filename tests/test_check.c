@@ -261,8 +261,17 @@ START_TEST(slab_counts)
     broken(xs, "partial lists hold listed slabs of their stream and class", 0);
     pl->last = last;
     passes(xs);
+    sl->is_kept = 1; /* a slab in use marked kept */
+    broken(xs, "kept slabs are the empty ones", sl->blk->addr);
+    sl->is_kept = 0;
+    passes(xs);
     for (int i = 0; i < 3; i++)
         ck_assert_int_eq(xseg_free(xs, p[i]), XSEG_OK);
+    passes(xs); /* the slab, now empty, is the kept one */
+    ck_assert(sl->is_kept);
+    sl->is_kept = 0; /* an empty slab nobody keeps: no drop would find it */
+    broken(xs, "kept slabs are the empty ones", sl->blk->addr);
+    sl->is_kept = 1;
     passes(xs);
     xseg_destroy(xs);
 }
