@@ -344,7 +344,11 @@ static void settle_all_locked(xseg_t *xs, struct xworker *w)
     }
 }
 
-/* Take the queued unmap jobs off the queue (release jobs stay). */
+/* Take the queued unmap jobs off the queue (release jobs stay).  A queue
+ * left empty while no job runs is the state a drain waits for: it is told
+ * (a drain that had seen such a job queued, after the worker found the
+ * queue empty and went to sleep, waited for good: test_worker's hammer
+ * under load, once in CI). */
 static xrelease *steal_unmaps(struct xworker *w)
 {
     xrelease *mine = NULL, *mtail = NULL, *keep = NULL, *ktail = NULL, *j;
@@ -356,6 +360,8 @@ static xrelease *steal_unmaps(struct xworker *w)
     }
     w->head = keep;
     w->tail = ktail;
+    if (!keep && !w->running)
+        pthread_cond_broadcast(&w->idle_cv);
     return mine;
 }
 
