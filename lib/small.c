@@ -182,7 +182,7 @@ xseg_status xsmall_alloc(xseg_t *xs, xstream *s, int cls, size_t size, void **ou
     XSEG_ASSERT(sl->listed && sl->nfree > 0 && slot < sl->nslots && !sl->req[slot]);
     uintptr_t addr = sl->blk->addr + (uintptr_t)slot * sl->slot_size;
     if (xseg_ptrmap_put(&xs->live, addr, (uintptr_t)sl | 1) != 0) {
-        if (sl->nfree == sl->nslots)
+        if (sl->nfree == sl->nslots && !sl->is_kept)
             slab_emptied(xs, sl); /* a new slab nothing took: kept or given back */
         return xseg_fail(xs, XSEG_ERR_OOM, "xseg: no host memory to track an allocation");
     }
