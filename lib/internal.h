@@ -626,6 +626,11 @@ void xworker_settle_locked(xseg_t *xs);
 /* Run the queued unmaps the worker has not started on this thread and wait
  * for the one it is running, xs->lock held (growth and splits call it). */
 void xworker_finish_unmaps_locked(xseg_t *xs);
+/* For the tests: while `on`, the worker, woken, waits before it takes the
+ * queue (a thread the scheduler has not run yet); and the drains waiting
+ * for the worker now. */
+void xworker_test_stall(xseg_t *xs, int on);
+int xworker_test_drains(xseg_t *xs);
 
 /* ---- freeidx.c ---- */
 void xfi_init(xfreeidx *f);

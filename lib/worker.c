@@ -38,6 +38,8 @@ struct xworker {
     xrelease *hhead, *htail; /* unmap jobs run, held until a finish, by seq (xs->lock) */
     uint64_t seq;            /* jobs queued so far */
     atomic_int ndone;        /* the done list is not empty */
+    atomic_int stall;        /* tests: woken, wait before taking the queue */
+    int drains;              /* drains waiting for the queue to empty */
     int stop;
 };
 
@@ -143,6 +145,12 @@ static void *worker_main(void *arg)
     xdrv_side_set(XDRV_SIDE_WORKER);
     pthread_mutex_lock(&w->mu);
     for (;;) {
+        while (atomic_load_explicit(&w->stall, memory_order_acquire) && !w->stop) {
+            pthread_mutex_unlock(&w->mu);
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+            pthread_mutex_lock(&w->mu);
+        }
         xrelease *job = queue_pop(w);
         if (!job) {
             if (w->stop)
@@ -399,11 +407,30 @@ void xworker_drain_locked(xseg_t *xs)
     for (int round = 0; xs->wk_pending && round < 16; round++) {
         xlock_unlock(&xs->lock); /* other threads go on meanwhile */
         pthread_mutex_lock(&w->mu);
+        w->drains++;
         while (w->head || w->running)
             pthread_cond_wait(&w->idle_cv, &w->mu);
+        w->drains--;
         pthread_mutex_unlock(&w->mu);
         xlock_lock(&xs->lock);
         settle_all_locked(xs, w);
     }
     fold_if_idle(xs, w);
+}
+
+void xworker_test_stall(xseg_t *xs, int on)
+{
+    if (!xs->wk)
+        return;
+    atomic_store_explicit(&xs->wk->stall, on, memory_order_release);
+}
+
+int xworker_test_drains(xseg_t *xs)
+{
+    if (!xs->wk)
+        return 0;
+    pthread_mutex_lock(&xs->wk->mu);
+    int n = xs->wk->drains;
+    pthread_mutex_unlock(&xs->wk->mu);
+    return n;
 }

@@ -534,6 +534,86 @@ START_TEST(a_cached_block_does_not_wait_for_the_worker)
 }
 END_TEST
 
+/* A trim waiting for the worker's queue to empty is told when a caller
+ * empties it.  Here the worker, woken for an unmap job, has not taken it
+ * yet (stalled: a thread the scheduler has not run) when the trim starts
+ * waiting; a growth then finishes the unmaps itself, taking the job off
+ * the queue.  Before, only the worker told the waiting drains, and it
+ * found the queue empty: the trim waited for good (test_worker's hammer
+ * timed out so once in CI, under load). */
+typedef struct trimmer {
+    xseg_t *xs;
+    xseg_status st;
+    int done;
+} trimmer;
+
+static void *trim_thread(void *arg)
+{
+    trimmer *t = arg;
+    t->st = xseg_trim(t->xs, SIZE_MAX, NULL);
+    __atomic_store_n(&t->done, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+/* Up to GATE_MS for cond(xs) to hold. */
+static int within_gate(int (*cond)(xseg_t *, void *), xseg_t *xs, void *arg)
+{
+    for (int ms = 0; ms < GATE_MS; ms++) {
+        if (cond(xs, arg))
+            return 1;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+static int a_drain_waits(xseg_t *xs, void *arg)
+{
+    (void)arg;
+    return xworker_test_drains(xs) == 1;
+}
+
+static int trim_done(xseg_t *xs, void *arg)
+{
+    (void)xs;
+    return __atomic_load_n(&((trimmer *)arg)->done, __ATOMIC_SEQ_CST);
+}
+
+START_TEST(a_drain_is_told_when_a_caller_empties_the_queue)
+{
+    xseg_t *xs = t_host("reclaim:worker,thread_cache:off");
+    void *s1 = (void *)0x51, *a, *x, *b, *g;
+    ck_assert_int_eq(xseg_alloc(xs, 32 * MiB, s1, &a), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, MiB, s1, &x), XSEG_OK); /* keeps a's place apart */
+    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
+    xworker_test_stall(xs, 1);
+    ck_assert_int_eq(xseg_alloc(xs, 40 * MiB, s1, &b), XSEG_OK); /* moves a's handles */
+    xseg_stats st = t_stats(xs);
+    ck_assert_uint_eq(st.moved_bytes, 32 * MiB);
+    ck_assert_uint_eq(st.worker_bytes, 32 * MiB); /* the unmap queued, not taken */
+    trimmer t = {.xs = xs};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, trim_thread, &t), 0);
+    ck_assert_msg(within_gate(a_drain_waits, xs, NULL), "the trim did not wait for the queue");
+    ck_assert_int_eq(xseg_alloc(xs, 64 * MiB, s1, &g), XSEG_OK); /* growth: runs the unmap */
+    xworker_test_stall(xs, 0);
+    int told = within_gate(trim_done, xs, &t);
+    ck_assert_msg(told, "the trim still waits for a queue that a caller emptied");
+    pthread_join(th, NULL);
+    ck_assert_int_eq(t.st, XSEG_OK);
+    ck_assert_uint_gt(side_ns(xs, XSEG_SIDE_CALLER, XSEG_OP_UNMAP), 0); /* the caller ran it */
+    ck_assert(t_faults(a)); /* the old mapping is gone */
+    T_CHECK(xs);
+    ck_assert_int_eq(xseg_free(xs, b), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, g), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, x), XSEG_OK);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
+    ck_assert_uint_eq(live_handles(xs), 0);
+    xseg_destroy(xs);
+}
+END_TEST
+
 #ifdef XSEG_HAVE_TRACE
 /* A worker that makes each unmap last 1 ms more than the caller's. */
 static int slow_worker_hook(void *user, int op)
@@ -774,6 +854,7 @@ int main(void)
     tcase_add_test(tc, a_forked_child_runs_its_own_worker);
     tcase_add_test(tc, old_mappings_of_moved_handles_go_to_the_worker);
     tcase_add_test(tc, a_cached_block_does_not_wait_for_the_worker);
+    tcase_add_test(tc, a_drain_is_told_when_a_caller_empties_the_queue);
 #ifdef XSEG_HAVE_TRACE
     tcase_add_test(tc, where_blocks_land_does_not_follow_the_workers_timing);
 #endif
