@@ -69,6 +69,18 @@ static size_t live_handles(xseg_t *xs)
     return c.handles;
 }
 
+/* The end of a test: frees the n blocks, trims, and finds nothing mapped
+ * and no handle left; then destroys xs. */
+static void free_trim_destroy(xseg_t *xs, void *const *blocks, int n)
+{
+    for (int i = 0; i < n; i++)
+        ck_assert_int_eq(xseg_free(xs, blocks[i]), XSEG_OK);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
+    ck_assert_uint_eq(live_handles(xs), 0);
+    xseg_destroy(xs);
+}
+
 /* Calls of xs's host context on a handle another thread was unmapping or
  * releasing (xseg_host_counts.overlaps), so far. */
 static size_t overlaps(xseg_t *xs)
@@ -440,12 +452,7 @@ START_TEST(old_mappings_of_moved_handles_go_to_the_worker)
     ck_assert(t_faults(a)); /* the old mapping is gone */
     ck_assert(t_check(b, 40 * MiB, 5));
     T_CHECK(xs);
-    ck_assert_int_eq(xseg_free(xs, b), XSEG_OK);
-    ck_assert_int_eq(xseg_free(xs, x), XSEG_OK);
-    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
-    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
-    ck_assert_uint_eq(live_handles(xs), 0);
-    xseg_destroy(xs);
+    free_trim_destroy(xs, (void *[]){b, x}, 2);
 }
 END_TEST
 
@@ -477,16 +484,28 @@ static int gate_hook(void *user, int op)
     return XDRV_SUCCESS;
 }
 
-/* Wait (up to GATE_MS) until the worker is inside the gate. */
-static int worker_in_gate(void)
+/* Up to GATE_MS for cond(xs) to hold. */
+static int within_gate(int (*cond)(xseg_t *, void *), xseg_t *xs, void *arg)
 {
     for (int ms = 0; ms < GATE_MS; ms++) {
-        if (__atomic_load_n(&g_gate.inside, __ATOMIC_SEQ_CST))
+        if (cond(xs, arg))
             return 1;
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
     return 0;
+}
+
+static int worker_inside(xseg_t *xs, void *arg)
+{
+    (void)xs, (void)arg;
+    return __atomic_load_n(&g_gate.inside, __ATOMIC_SEQ_CST);
+}
+
+/* Wait (up to GATE_MS) until the worker is inside the gate. */
+static int worker_in_gate(void)
+{
+    return within_gate(worker_inside, NULL, NULL);
 }
 
 /* The regression of the H200 runs (serve_paged_kv 2.7 s with reclaim:sync,
@@ -524,13 +543,7 @@ START_TEST(a_cached_block_does_not_wait_for_the_worker)
     ck_assert(t_faults(a)); /* the old mapping is gone */
     ck_assert_uint_gt(side_ns(xs, XSEG_SIDE_WORKER, XSEG_OP_UNMAP), 0);
     T_CHECK(xs);
-    ck_assert_int_eq(xseg_free(xs, b), XSEG_OK);
-    ck_assert_int_eq(xseg_free(xs, c2), XSEG_OK);
-    ck_assert_int_eq(xseg_free(xs, x), XSEG_OK);
-    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
-    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
-    ck_assert_uint_eq(live_handles(xs), 0);
-    xseg_destroy(xs);
+    free_trim_destroy(xs, (void *[]){b, c2, x}, 3);
 }
 END_TEST
 
@@ -553,18 +566,6 @@ static void *trim_thread(void *arg)
     t->st = xseg_trim(t->xs, SIZE_MAX, NULL);
     __atomic_store_n(&t->done, 1, __ATOMIC_SEQ_CST);
     return NULL;
-}
-
-/* Up to GATE_MS for cond(xs) to hold. */
-static int within_gate(int (*cond)(xseg_t *, void *), xseg_t *xs, void *arg)
-{
-    for (int ms = 0; ms < GATE_MS; ms++) {
-        if (cond(xs, arg))
-            return 1;
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-    }
-    return 0;
 }
 
 static int a_drain_waits(xseg_t *xs, void *arg)
@@ -604,13 +605,7 @@ START_TEST(a_drain_is_told_when_a_caller_empties_the_queue)
     ck_assert_uint_gt(side_ns(xs, XSEG_SIDE_CALLER, XSEG_OP_UNMAP), 0); /* the caller ran it */
     ck_assert(t_faults(a)); /* the old mapping is gone */
     T_CHECK(xs);
-    ck_assert_int_eq(xseg_free(xs, b), XSEG_OK);
-    ck_assert_int_eq(xseg_free(xs, g), XSEG_OK);
-    ck_assert_int_eq(xseg_free(xs, x), XSEG_OK);
-    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
-    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
-    ck_assert_uint_eq(live_handles(xs), 0);
-    xseg_destroy(xs);
+    free_trim_destroy(xs, (void *[]){b, g, x}, 3);
 }
 END_TEST
 
