@@ -421,6 +421,11 @@ def read_env(path):
 
 
 def main(argv):
+    if len(argv) > 1 and argv[1] in ("-h", "--help"):
+        print(__doc__.strip())
+        return
+    if len(argv) < 5:
+        sys.exit("usage: report.py RAW.jsonl STAGES.tsv ENV.txt OUTDIR COMMAND... (--help)")
     raw, stages_p, env_p, outdir = argv[1:5]
     rows = load(raw)
     meta = read_env(env_p)

@@ -65,7 +65,13 @@ def val(stats, key):
 
 def main():
     args = sys.argv[1:]
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        sys.exit(0 if args else 2)
     build = args.pop(0)
+    if not os.path.exists(os.path.join(build, "tests/preload/preload_app")):
+        sys.exit("host_churn.py: %s has no tests/preload/preload_app (a build with the "
+                 "tests and the preload library; see --help)" % build)
     iters = int(args.pop(0)) if args and args[0] != "--" else 8000
     confs = args[1:] if args and args[0] == "--" else DEFAULT_CONFS
     print("| conf | quarantine | " + " | ".join(OPS[:6]) +
