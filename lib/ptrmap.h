@@ -18,6 +18,8 @@ typedef struct xseg_ptrmap {
     int has_zero;      /* key 0 (the NULL stream) present */
     uintptr_t zero_val;
     unsigned shift;    /* low key bits dropped before hashing: 4 for addresses */
+    unsigned fail_puts; /* tests: the next this many puts of a new key fail as a
+                           growth without host memory would (map unchanged) */
 } xseg_ptrmap;
 
 /* The hashing and deletion rules, shared with tables of larger entries that

@@ -2,9 +2,11 @@
  * that a regression names itself: a handle whose release failed was leaked;
  * a cached block whose unmap was refused could never be trimmed; cached
  * pages left outside the LRU after an adopted block merged with neutral
- * space (OOM under a cap with 41 MB cached). */
+ * space (OOM under a cap with 41 MB cached); and a slab whose slot the
+ * pointer map could not track (host memory) left empty and not kept. */
 #include <check.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 #include "support_common.h"
@@ -107,6 +109,65 @@ START_TEST(adopted_block_stays_reclaimable)
 }
 END_TEST
 
+/* The pointer map out of host memory at a small request (ptrmap.h's
+ * fail_puts stands in for the failed growth). */
+static size_t kept_count(xseg_t *xs)
+{
+    size_t n = 0;
+    for (const xlist_node *l = xlist_first(&xs->kept_slabs); l && n < 100; l = l->next)
+        n++;
+    return n;
+}
+
+static void checked(xseg_t *xs)
+{
+    ck_assert_msg(xseg_check(xs) == XSEG_OK, "%s", xseg_last_error());
+}
+
+/* A new slab whose first slot could not be tracked: nothing is on it, so it
+ * is the class's kept slab (or given back), which trim finds on the kept
+ * list.  Before, it stayed an empty slab nobody kept, mapped after trim. */
+START_TEST(untracked_first_slot_leaves_a_kept_slab)
+{
+    xseg_t *xs = t_host("thread_cache:off");
+    void *p = NULL;
+    xs->live.fail_puts = 1000; /* the out-of-memory retries too */
+    ck_assert_int_eq(xseg_alloc(xs, 1000, S(1), &p), XSEG_ERR_OOM);
+    xs->live.fail_puts = 0;
+    /* the report names the cause and says it is host memory, not the device */
+    ck_assert_ptr_nonnull(strstr(xseg_last_error(), "cause: xseg: no host memory to track"));
+    ck_assert_ptr_nonnull(strstr(xseg_last_error(), "hint: free host memory"));
+    checked(xs);
+    ck_assert_uint_eq(kept_count(xs), 1);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
+    ck_assert_int_eq(xseg_alloc(xs, 1000, S(1), &p), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, p), XSEG_OK);
+    checked(xs);
+    ck_assert_int_eq(xseg_destroy(xs), XSEG_OK);
+}
+END_TEST
+
+/* The same on the class's kept slab: it stays kept, on the list once. */
+START_TEST(untracked_slot_of_a_kept_slab_keeps_it_once)
+{
+    xseg_t *xs = t_host("thread_cache:off");
+    void *p = NULL;
+    ck_assert_int_eq(xseg_alloc(xs, 1000, S(1), &p), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, p), XSEG_OK); /* its slab is kept */
+    ck_assert_uint_eq(kept_count(xs), 1);
+    xs->live.fail_puts = 1000;
+    ck_assert_int_eq(xseg_alloc(xs, 1000, S(1), &p), XSEG_ERR_OOM);
+    xs->live.fail_puts = 0;
+    ck_assert_uint_eq(kept_count(xs), 1);
+    checked(xs);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    ck_assert_uint_eq(kept_count(xs), 0);
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
+    ck_assert_int_eq(xseg_destroy(xs), XSEG_OK);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("fault_regress");
@@ -114,6 +175,8 @@ int main(void)
     tcase_add_test(tc, failed_release_is_retried_not_leaked);
     tcase_add_test(tc, refused_unmap_stays_trimmable);
     tcase_add_test(tc, adopted_block_stays_reclaimable);
+    tcase_add_test(tc, untracked_first_slot_leaves_a_kept_slab);
+    tcase_add_test(tc, untracked_slot_of_a_kept_slab_keeps_it_once);
     suite_add_tcase(s, tc);
     return t_run(s);
 }
