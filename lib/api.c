@@ -213,6 +213,7 @@ xseg_status xapi_alloc(xseg_t *xs, size_t size, void *stream, void **out)
         xtc_flush_own(xs); /* held blocks go back before anything is chosen */
     xstream *s = xstream_get(xs, stream);
     xseg_status st = XSEG_ERR_OOM;
+    unsigned gen = xseg_error_gen();
     if (s) {
         if (xs->pend_head)
             xpending_process(xs, 0);
@@ -232,7 +233,7 @@ xseg_status xapi_alloc(xseg_t *xs, size_t size, void *stream, void **out)
     } else if (st == XSEG_ERR_OOM) {
         xseg_stats full = {.size = sizeof full};
         xseg_fill_stats(xs, &full); /* quoted by the report */
-        xdiag_oom_report(xs, size, &full);
+        xdiag_oom_report(xs, size, &full, xseg_error_gen() != gen ? xseg_last_error() : NULL);
         return oom_handled(xs, size, stream, out); /* unlocks */
     }
     xlock_unlock(&xs->lock);

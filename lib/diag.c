@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include <stdio.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -53,8 +54,11 @@ xseg_status xdiag_bad_pointer(xseg_t *xs, const void *ptr, const char *what)
 /* The config key or action that would help, by the limit that was hit: the
  * cap when the request, rounded as the allocator maps it (block rounding,
  * then whole pages), does not fit in what the cap leaves. */
-static const char *oom_hint(xseg_t *xs, size_t size)
+static const char *oom_hint(xseg_t *xs, size_t size, const char *cause)
 {
+    if (cause && strstr(cause, "no host memory"))
+        return "free host memory (xseg's bookkeeping could not grow: malloc failed), "
+               "not device memory";
     size_t page = xs->arena.page, r = xseg_round_size(xs, size);
     size_t cap = xfam_cap(xs), mapped = xfam_mapped(xs); /* every tag's memory */
     r = r > SIZE_MAX - page ? SIZE_MAX : (r + page - 1) / page * page;
@@ -65,20 +69,25 @@ static const char *oom_hint(xseg_t *xs, size_t size)
            "release_threshold / set gc_threshold in other processes using xseg";
 }
 
-static void oom_notify(xseg_t *xs, size_t size, const xseg_stats *st, size_t device_free)
+static void oom_notify(xseg_t *xs, size_t size, const xseg_stats *st, size_t device_free,
+                       const char *hint)
 {
     xseg_hist(xs, XEV_OOM, 0, size, NULL);
     if (!xs->oom_cb)
         return;
     xseg_oom_info info = {xs->device, size, xs->allocated.cur, xs->mapped.cur,
                           st->cached_bytes.current, xs->cap == SIZE_MAX ? 0 : xs->cap,
-                          st->largest_free_block, device_free, oom_hint(xs, size),
-                          xseg_last_error()};
+                          st->largest_free_block, device_free, hint, xseg_last_error()};
     xs->oom_cb(&info, xs->oom_user);
 }
 
-xseg_status xdiag_oom_report(xseg_t *xs, size_t size, const xseg_stats *stats)
+xseg_status xdiag_oom_report(xseg_t *xs, size_t size, const xseg_stats *stats,
+                             const char *cause)
 {
+    char why[256] = "";
+    if (cause && *cause) /* copied: it is the message about to be rewritten */
+        snprintf(why, sizeof why, "; cause: %s", cause);
+    const char *hint = oom_hint(xs, size, why);
     char r[32], a[32], m[32], c[32], cp[32], l[32], f[32], fm[32], fam[96] = "";
     size_t fr = 0, total = 0, cap = xfam_cap(xs);
     xdrv_mem_info(xs, &fr, &total); /* counted (drv.c) */
@@ -88,14 +97,14 @@ xseg_status xdiag_oom_report(xseg_t *xs, size_t size, const xseg_stats *stats)
                  xseg_fmt_size(xfam_mapped(xs), fm, sizeof fm));
     xseg_fail(xs, XSEG_ERR_OOM,
               "xseg: out of memory on device %d: requested %s (%zu B); in use %s, "
-              "mapped %s%s, cached %s, cap %s, largest free block %s, device free %s; hint: %s",
+              "mapped %s%s, cached %s, cap %s, largest free block %s, device free %s; hint: %s%s",
               xs->device, xseg_fmt_size(size, r, sizeof r), size,
               xseg_fmt_size(xs->allocated.cur, a, sizeof a),
               xseg_fmt_size(xs->mapped.cur, m, sizeof m), fam,
               xseg_fmt_size(stats->cached_bytes.current, c, sizeof c),
               cap == SIZE_MAX ? "none" : xseg_fmt_size(cap, cp, sizeof cp),
               xseg_fmt_size(stats->largest_free_block, l, sizeof l), xseg_fmt_size(fr, f, sizeof f),
-              oom_hint(xs, size));
-    oom_notify(xs, size, stats, fr);
+              hint, why);
+    oom_notify(xs, size, stats, fr, hint);
     return XSEG_ERR_OOM;
 }

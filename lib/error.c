@@ -5,6 +5,7 @@
 #include "internal.h"
 
 static _Thread_local char last_error[768];
+static _Thread_local unsigned error_gen;
 
 const char *xseg_strerror(xseg_status st)
 {
@@ -50,12 +51,18 @@ void xseg_clear_error(void)
     last_error[0] = '\0';
 }
 
+unsigned xseg_error_gen(void)
+{
+    return error_gen;
+}
+
 xseg_status xseg_fail(xseg_t *xs, xseg_status st, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
+    error_gen++;
     if (xs && xs->conf.verbose)
         fprintf(stderr, "%s\n", last_error);
     return st;

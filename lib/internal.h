@@ -408,8 +408,10 @@ void xseg_drop_empty_slabs(xseg_t *xs);
 /* Why ptr is not live: foreign, interior or freed (the status and message). */
 xseg_status xdiag_bad_pointer(xseg_t *xs, const void *ptr, const char *what);
 /* Out-of-memory: counts it, sets the message with its hint (quoting
- * `stats`, filled by the caller), calls the callback; returns XSEG_ERR_OOM. */
-xseg_status xdiag_oom_report(xseg_t *xs, size_t size, const xseg_stats *stats);
+ * `stats`, filled by the caller, and `cause`, the last attempt's own
+ * message, or NULL), calls the callback; returns XSEG_ERR_OOM. */
+xseg_status xdiag_oom_report(xseg_t *xs, size_t size, const xseg_stats *stats,
+                             const char *cause);
 
 /* ---- monitoring hooks (history.c, shm.c), called with the lock held ---- */
 typedef enum xev_kind {
@@ -562,6 +564,9 @@ xseg_status xseg_create_with_driver(xseg_t **out, int device, const char *conf,
 xseg_status xseg_fail(xseg_t *xs, xseg_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void xseg_clear_error(void);
+/* Counts this thread's xseg_fail calls: a caller compares two readings to
+ * learn whether the message was written in between. */
+unsigned xseg_error_gen(void);
 /* Human-readable size ("1.50 GiB") into a caller buffer. */
 const char *xseg_fmt_size(uint64_t bytes, char *buf, size_t len);
 
