@@ -23,13 +23,12 @@ Prints the peak of live bytes (the figure preload_app prints as live_peak).
 Exit status: 0 success, 2 usage error.
 """
 import argparse
-import gzip
 import os
 import sys
 
 # The checked trace walk the corpus tools use (stdlib only).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gpu"))
-from corpus_tools import trace_facts  # noqa: E402
+from corpus_tools import HEADER, trace_facts, write_trace  # noqa: E402
 
 DEPTH = 24            # a block is freed this many iterations after it is made
 MASK = (1 << 64) - 1
@@ -82,11 +81,13 @@ def main():
     if a.iters < 1:
         ap.error("--iters must be at least 1")
     lines = list(sequence(a.iters, a.sync))
-    opener = gzip.open if a.out.endswith(".gz") else open
-    with opener(a.out, "wt") as f:
-        f.write("# xseg-trace v1: a,<id>,<bytes>,<stream> | f,<id>; from cuda_churn's sequence,"
-                " %d iterations%s\n" % (a.iters, ", all cudaMalloc" if a.sync else ""))
-        f.write("\n".join(lines) + "\n")
+    comment = "cuda_churn's sequence, %d iterations%s" % (a.iters,
+                                                         ", all cudaMalloc" if a.sync else "")
+    if a.out.endswith(".gz"):  # the corpus's reproducible gzip
+        write_trace(a.out, [comment], lines)
+    else:
+        with open(a.out, "w") as f:
+            f.write("\n".join([HEADER, "# " + comment] + lines) + "\n")
     print("live_peak=%d" % trace_facts(lines)["peak_live_bytes"])
     return 0
 
