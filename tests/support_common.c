@@ -22,6 +22,11 @@ xseg_t *t_host(const char *extra)
     return xs;
 }
 
+void t_check_ok(xseg_t *xs)
+{
+    ck_assert_msg(xseg_check(xs) == XSEG_OK, "%s", xseg_last_error());
+}
+
 xseg_stats t_stats(xseg_t *xs)
 {
     xseg_stats s = {.size = sizeof s};

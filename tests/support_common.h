@@ -18,6 +18,9 @@
 xseg_t *t_host(const char *extra);
 /* Stats snapshot (asserts success). */
 xseg_stats t_stats(xseg_t *xs);
+/* xseg_check passes (whether or not checking is on), or the test fails
+ * with its message. */
+void t_check_ok(xseg_t *xs);
 /* Host backend context of an allocator (for driver_host.h controls). */
 void *t_host_ctx(xseg_t *xs);
 

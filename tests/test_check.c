@@ -20,11 +20,6 @@ static xseg_t *fresh(void)
     return t_host("thread_cache:off,host_capacity:1GB");
 }
 
-static void passes(xseg_t *xs)
-{
-    ck_assert_msg(xseg_check(xs) == XSEG_OK, "%s", xseg_last_error());
-}
-
 /* xseg_check fails naming `inv` (and the block at `addr`, if not 0). */
 static void broken(xseg_t *xs, const char *inv, uintptr_t addr)
 {
@@ -55,7 +50,7 @@ static xblock *two_cached(xseg_t *xs, xblock **second)
     ck_assert_int_eq(xseg_alloc(xs, 4 * MiB, S2, &b), XSEG_OK);
     ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
     ck_assert_int_eq(xseg_free(xs, b), XSEG_OK);
-    passes(xs);
+    t_check_ok(xs);
     *second = block_at(xs, b);
     return block_at(xs, a);
 }
@@ -67,11 +62,11 @@ START_TEST(block_list_contiguous)
     b1->size += 512;
     broken(xs, "block list contiguous", b1->addr);
     b1->size -= 512;
-    passes(xs);
+    t_check_ok(xs);
     b2->anext->aprev = b1;
     broken(xs, "block list contiguous", b2->addr);
     b2->anext->aprev = b2;
-    passes(xs);
+    t_check_ok(xs);
     xseg_destroy(xs);
 }
 END_TEST
@@ -83,11 +78,11 @@ START_TEST(free_blocks_indexed)
     xfi_remove(&b1->owner->idx, b1); /* still XB_FREE */
     broken(xs, "free blocks are indexed", b1->addr);
     xfi_insert(&b1->owner->idx, b1);
-    passes(xs);
+    t_check_ok(xs);
     b1->owner->idx.bytes += 512;
     broken(xs, "free index counts", 0);
     b1->owner->idx.bytes -= 512;
-    passes(xs);
+    t_check_ok(xs);
     xseg_destroy(xs);
 }
 END_TEST
@@ -108,7 +103,7 @@ START_TEST(bucket_matches_size)
     xfi_remove(f, b1);
     b1->size *= 2;
     xfi_insert(f, b1);
-    passes(xs);
+    t_check_ok(xs);
     xseg_destroy(xs);
 }
 END_TEST
@@ -122,7 +117,7 @@ START_TEST(free_block_in_owners_index)
     broken(xs, "free block in its owner's index", b1->addr);
     xfi_remove(&b2->owner->idx, b1);
     xfi_insert(&b1->owner->idx, b1);
-    passes(xs);
+    t_check_ok(xs);
     xseg_destroy(xs);
 }
 END_TEST
@@ -136,7 +131,7 @@ START_TEST(free_neighbours_merged)
     b2->owner = b1->owner;
     broken(xs, "free neighbours of one owner are merged", b1->addr);
     b2->owner = o;
-    passes(xs);
+    t_check_ok(xs);
     xseg_destroy(xs);
 }
 END_TEST
@@ -150,11 +145,11 @@ START_TEST(neutral_epoch_zero)
     n->epoch = 3;
     broken(xs, "neutral free blocks carry epoch 0", n->addr);
     n->epoch = 0;
-    passes(xs);
+    t_check_ok(xs);
     b1->epoch = b1->owner->epoch + 1;
     broken(xs, "free epochs not ahead of their stream", b1->addr);
     b1->epoch = 0;
-    passes(xs);
+    t_check_ok(xs);
     xseg_destroy(xs);
 }
 END_TEST
@@ -167,13 +162,13 @@ START_TEST(lru_flags)
     b1->flags &= ~(uint32_t)XB_LRU;
     broken(xs, "LRU holds listed XB_LRU blocks once", b1->addr);
     b1->flags |= XB_LRU;
-    passes(xs);
+    t_check_ok(xs);
     xblock *n = b2->anext;
     ck_assert(!(n->flags & XB_LRU));
     n->flags |= XB_LRU; /* flagged, not on the list */
     broken(xs, "XB_LRU blocks are in the LRU", 0);
     n->flags &= ~(uint32_t)XB_LRU;
-    passes(xs);
+    t_check_ok(xs);
     xseg_destroy(xs);
 }
 END_TEST
@@ -183,13 +178,13 @@ START_TEST(live_blocks_and_counters)
     xseg_t *xs = fresh();
     void *p;
     ck_assert_int_eq(xseg_alloc(xs, 3 * MiB, S1, &p), XSEG_OK);
-    passes(xs);
+    t_check_ok(xs);
     xblock *b = block_at(xs, p);
     uintptr_t tag = 0;
     ck_assert(xseg_ptrmap_del(&xs->live, (uintptr_t)p, &tag));
     broken(xs, "blocks in use are live or pending", b->addr);
     ck_assert_int_eq(xseg_ptrmap_put(&xs->live, (uintptr_t)p, tag), 0);
-    passes(xs);
+    t_check_ok(xs);
     xs->allocated.cur += 512;
     broken(xs, "allocated bytes and active blocks sum the live allocations", 0);
     xs->allocated.cur -= 512;
@@ -202,9 +197,9 @@ START_TEST(live_blocks_and_counters)
     xs->arena_used += 512;
     broken(xs, "arena_used sums the blocks in use", 0);
     xs->arena_used -= 512;
-    passes(xs);
+    t_check_ok(xs);
     ck_assert_int_eq(xseg_free(xs, p), XSEG_OK);
-    passes(xs);
+    t_check_ok(xs);
     xseg_destroy(xs);
 }
 END_TEST
@@ -221,12 +216,12 @@ START_TEST(generations_and_held_bits)
     atomic_store(&b->gen, 0);
     broken(xs, "live allocations carry a generation", b->addr);
     atomic_store(&b->gen, g);
-    passes(xs);
+    t_check_ok(xs);
     xblock *n = b->anext; /* free */
     atomic_store(&n->gen, 2);
     broken(xs, "only live blocks carry a generation", n->addr);
     atomic_store(&n->gen, 0);
-    passes(xs);
+    t_check_ok(xs);
     ck_assert_int_eq(xseg_free(xs, p), XSEG_OK);
     xseg_destroy(xs);
 }
@@ -241,38 +236,38 @@ START_TEST(slab_counts)
     uintptr_t tag = 0;
     ck_assert(xseg_ptrmap_get(&xs->live, (uintptr_t)p[0], &tag) && (tag & 1));
     xslab *sl = (xslab *)(tag & ~(uintptr_t)1);
-    passes(xs);
+    t_check_ok(xs);
     sl->nfree--;
     broken(xs, "slab free counts match their free lists", sl->blk->addr);
     sl->nfree++;
-    passes(xs);
+    t_check_ok(xs);
     uint32_t head = sl->free_head;
     sl->free_head = 0; /* a used slot on the free list */
     broken(xs, "free slots carry no request or generation", sl->blk->addr);
     sl->free_head = head;
-    passes(xs);
+    t_check_ok(xs);
     sl->listed = 0;
     broken(xs, "slabs with free slots are listed", sl->blk->addr);
     sl->listed = 1;
-    passes(xs);
+    t_check_ok(xs);
     xlist *pl = &sl->owner->partial[sl->cls];
     xlist_node *last = pl->last;
     pl->last = NULL; /* the list's end pointer lost */
     broken(xs, "partial lists hold listed slabs of their stream and class", 0);
     pl->last = last;
-    passes(xs);
+    t_check_ok(xs);
     sl->is_kept = 1; /* a slab in use marked kept */
     broken(xs, "kept slabs are the empty ones", sl->blk->addr);
     sl->is_kept = 0;
-    passes(xs);
+    t_check_ok(xs);
     for (int i = 0; i < 3; i++)
         ck_assert_int_eq(xseg_free(xs, p[i]), XSEG_OK);
-    passes(xs); /* the slab, now empty, is the kept one */
+    t_check_ok(xs); /* the slab, now empty, is the kept one */
     ck_assert(sl->is_kept);
     sl->is_kept = 0; /* an empty slab nobody keeps: no drop would find it */
     broken(xs, "kept slabs are the empty ones", sl->blk->addr);
     sl->is_kept = 1;
-    passes(xs);
+    t_check_ok(xs);
     xseg_destroy(xs);
 }
 END_TEST
@@ -285,15 +280,15 @@ START_TEST(pages_and_handles)
     xblock *b = block_at(xs, p);
     xarena *ar = &xs->arena;
     size_t pg = (b->addr - ar->base) >> ar->shift, far = ar->npages - 1;
-    passes(xs);
+    t_check_ok(xs);
     xbm_set(ar->mapped_bits, pg, pg + 1, 0);
     broken(xs, "pages under blocks in use are mapped", b->addr);
     xbm_set(ar->mapped_bits, pg, pg + 1, 1);
-    passes(xs);
+    t_check_ok(xs);
     ar->page_handle[far] = ar->page_handle[pg];
     broken(xs, "unmapped pages have no handle", 0);
     ar->page_handle[far] = 0;
-    passes(xs);
+    t_check_ok(xs);
     xbm_set(ar->mapped_bits, far, far + 1, 1);
     broken(xs, "mapped pages start handles", 0);
     xbm_set(ar->mapped_bits, far, far + 1, 0);
@@ -303,7 +298,7 @@ START_TEST(pages_and_handles)
     xs->handles.cur++;
     broken(xs, "handles counted", 0);
     xs->handles.cur--;
-    passes(xs);
+    t_check_ok(xs);
     ck_assert_int_eq(xseg_free(xs, p), XSEG_OK);
     xseg_destroy(xs);
 }
@@ -314,14 +309,14 @@ START_TEST(streams_and_moved)
     xseg_t *xs = fresh();
     void *p;
     ck_assert_int_eq(xseg_alloc(xs, 3 * MiB, S1, &p), XSEG_OK);
-    passes(xs);
+    t_check_ok(xs);
     xs->ngone++;
     broken(xs, "gone streams counted", 0);
     xs->ngone--;
     xs->unmapping_bytes += 512;
     broken(xs, "moved blocks counted", 0);
     xs->unmapping_bytes -= 512;
-    passes(xs);
+    t_check_ok(xs);
     ck_assert_int_eq(xseg_free(xs, p), XSEG_OK);
     ck_assert_int_eq(xseg_check(NULL), XSEG_ERR_INVALID_ARG);
     xseg_destroy(xs);

@@ -119,11 +119,6 @@ static size_t kept_count(xseg_t *xs)
     return n;
 }
 
-static void checked(xseg_t *xs)
-{
-    ck_assert_msg(xseg_check(xs) == XSEG_OK, "%s", xseg_last_error());
-}
-
 /* A new slab whose first slot could not be tracked: nothing is on it, so it
  * is the class's kept slab (or given back), which trim finds on the kept
  * list.  Before, it stayed an empty slab nobody kept, mapped after trim. */
@@ -137,13 +132,13 @@ START_TEST(untracked_first_slot_leaves_a_kept_slab)
     /* the report names the cause and says it is host memory, not the device */
     ck_assert_ptr_nonnull(strstr(xseg_last_error(), "cause: xseg: no host memory to track"));
     ck_assert_ptr_nonnull(strstr(xseg_last_error(), "hint: free host memory"));
-    checked(xs);
+    t_check_ok(xs);
     ck_assert_uint_eq(kept_count(xs), 1);
     ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
     ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
     ck_assert_int_eq(xseg_alloc(xs, 1000, S(1), &p), XSEG_OK);
     ck_assert_int_eq(xseg_free(xs, p), XSEG_OK);
-    checked(xs);
+    t_check_ok(xs);
     ck_assert_int_eq(xseg_destroy(xs), XSEG_OK);
 }
 END_TEST
@@ -160,7 +155,7 @@ START_TEST(untracked_slot_of_a_kept_slab_keeps_it_once)
     ck_assert_int_eq(xseg_alloc(xs, 1000, S(1), &p), XSEG_ERR_OOM);
     xs->live.fail_puts = 0;
     ck_assert_uint_eq(kept_count(xs), 1);
-    checked(xs);
+    t_check_ok(xs);
     ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
     ck_assert_uint_eq(kept_count(xs), 0);
     ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
