@@ -676,6 +676,61 @@ START_TEST(cuda_churn_sequence)
 }
 END_TEST
 
+/* The number after "key": in text, -1: none. */
+static long long num_after(const char *text, const char *key)
+{
+    char pat[64];
+    long long v = -1;
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(text, pat);
+    return p && sscanf(p + strlen(pat), "%lld", &v) == 1 ? v : -1;
+}
+
+/* XSEG_PRELOAD_PEAK_SNAPSHOT: one line per device at exit, taken when the
+ * mapped bytes were at their peak (the stats' own mapped peak, the same at
+ * exit), the application's live bytes then (at most their peak), and the
+ * allocator's snapshot of that moment (its mapped bytes the same). */
+START_TEST(peak_snapshot_at_exit)
+{
+    static char stats[OUT_CAP], snap[1 << 20];
+    char *argv[] = {(char *)APP, (char *)"cudachurn", (char *)"600", NULL};
+    char dir[] = "/tmp/xseg_preload_peakXXXXXX", env0[128], env1[128], cmd[160];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(env0, sizeof env0, "XSEG_PRELOAD_STATS=%s/s", dir);
+    snprintf(env1, sizeof env1, "XSEG_PRELOAD_PEAK_SNAPSHOT=%s/peak.%%p", dir);
+    const char *env[] = {env0, env1, "XSEG_CONF=backend:host", NULL};
+    run r;
+    spawn(&r, argv, PRELOAD, env);
+    snprintf(cmd, sizeof cmd, "cat %s/s 2>/dev/null", dir);
+    FILE *f = popen(cmd, "r");
+    size_t n = f ? fread(stats, 1, sizeof stats - 1, f) : 0;
+    stats[n] = '\0';
+    if (f)
+        pclose(f);
+    snprintf(cmd, sizeof cmd, "cat %s/peak.* 2>/dev/null; rm -rf %s", dir, dir);
+    f = popen(cmd, "r");
+    n = f ? fread(snap, 1, sizeof snap - 1, f) : 0;
+    snap[n] = '\0';
+    if (f)
+        pclose(f);
+    ck_assert_msg(r.status == 0 && n > 0 && snap[n - 1] == '\n' && strchr(snap, '\n') == snap + n - 1,
+                  "rc %d, %zu bytes, not one line: %.300s\n%s", r.status, n, snap, r.err);
+    long long mapped = num_after(snap, "mapped"), at_exit = num_after(snap, "mapped_peak_at_exit");
+    long long live = num_after(snap, "app_live"), highs = num_after(snap, "highs");
+    long long stats_peak = stat_in(stats, "mapped_bytes", 1);
+    long long live_peak = stat_of(stats, "live_peak_bytes");
+    const char *inner = strstr(snap, "\"snapshot\":{");
+    long long snap_mapped = inner ? num_after(inner, "mapped") : -1;
+    ck_assert_msg(mapped > 0 && mapped == stats_peak && at_exit == mapped &&
+                      snap_mapped == mapped && live > 0 && live <= live_peak &&
+                      live <= mapped && highs >= 1 && strstr(snap, "\"segments\":[") &&
+                      strstr(snap, "\"stats\":{\"version\""),
+                  "peak line: mapped %lld (stats' peak %lld, at exit %lld, snapshot's %lld), "
+                  "app live %lld (peak %lld), highs %lld: %.300s",
+                  mapped, stats_peak, at_exit, snap_mapped, live, live_peak, highs, snap);
+}
+END_TEST
+
 /* With one pool (the default), a block freed by cudaFreeAsync on the
  * legacy stream does not come back on another stream before a device
  * sync; with XSEG_PRELOAD_FREE=stream it does at once (the check can
@@ -985,6 +1040,7 @@ int main(void)
     tcase_add_test(tc, threads_on_two_devices);
     tcase_add_test(tc, refused_conf_passes_through);
     tcase_add_test(tc, stats_at_exit);
+    tcase_add_test(tc, peak_snapshot_at_exit);
     tcase_add_test(tc, xseg_run_wrapper);
     tcase_add_test(tc, cuda_churn_sequence);
     tcase_add_test(tc, async_legacy_free_not_reused_early);

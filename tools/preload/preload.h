@@ -179,6 +179,13 @@ int pl_q_holds(int d, const void *ptr);
 void pl_q_fork_child(void);
 int pl_q_json(int d, char *buf, size_t cap);          /* "key":value,... */
 
+/* ---- peaksnap.c: the allocator at its mapped peak (a diagnostic) ---- */
+/* XSEG_PRELOAD_PEAK_SNAPSHOT's value (NULL or empty: off); written at exit. */
+void pl_peak_configure(const char *path);
+/* After an allocation xseg served: a snapshot if the mapped bytes are at a
+ * new high (app_live: the application's live bytes on the device now). */
+void pl_peak_after_alloc(int d, struct xseg *xs, size_t app_live);
+
 /* ---- the interposed functions (wrap.c, resolve.c), the only exports ---- */
 #define PL_EXPORT __attribute__((visibility("default")))
 PL_EXPORT pl_result cudaMalloc(void **ptr, size_t size);

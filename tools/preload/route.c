@@ -9,7 +9,7 @@
  * the cap in cudaMemGetInfo, the
  * application's live bytes, the block behind a pointer for the pointer
  * queries (ptrquery.c), and the stats written at exit
- * (XSEG_PRELOAD_STATS).
+ * (XSEG_PRELOAD_STATS; XSEG_PRELOAD_PEAK_SNAPSHOT: peaksnap.c).
  * A device xseg cannot serve (no backend, no such device, a fork child's
  * inherited allocator) is passed through to CUDA for good, once said on
  * stderr with XSEG_PRELOAD_VERBOSE=1. */
@@ -138,6 +138,7 @@ static void init(void)
     g_stats_path = getenv("XSEG_PRELOAD_STATS");
     if (g_stats_path && *g_stats_path)
         atexit(write_stats);
+    pl_peak_configure(getenv("XSEG_PRELOAD_PEAK_SNAPSHOT"));
 }
 
 /* ---- devices ---- */
@@ -205,6 +206,7 @@ int pl_alloc(int device, size_t size, pl_stream stream, void **out)
         xseg_status st = alloc_from(device, xs, size, stream, out);
         if (st == XSEG_OK) {
             live_add(device, size);
+            pl_peak_after_alloc(device, xs, atomic_load(&g_live[device]));
             r = PL_SERVED;
         } else if (st == XSEG_ERR_FORKED) {
             pass_device(device, "allocator inherited from the parent of a fork");
