@@ -579,24 +579,49 @@ START_TEST(stats_at_exit)
 }
 END_TEST
 
-/* The app's cudachurn mode (600 iterations) under the preload library with
- * XSEG_PRELOAD_ASYNC=`async`: its line in `out` (cap OUT_CAP), the stats in
- * `stats` (cap OUT_CAP). */
-static void cudachurn_run(run *r, const char *async, char *stats)
+/* What `cmd` prints (popen) into buf of cap bytes, NUL-terminated: the length. */
+static size_t read_cmd(const char *cmd, char *buf, size_t cap)
 {
-    char *argv[] = {(char *)APP, (char *)"cudachurn", (char *)"600", NULL};
-    char dir[] = "/tmp/xseg_preload_ccXXXXXX", env0[128], env1[64], cmd[160];
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    snprintf(env0, sizeof env0, "XSEG_PRELOAD_STATS=%s/s", dir);
-    snprintf(env1, sizeof env1, "XSEG_PRELOAD_ASYNC=%s", async);
-    const char *env[] = {env0, env1, "XSEG_CONF=backend:host", NULL};
-    spawn(r, argv, PRELOAD, env);
-    snprintf(cmd, sizeof cmd, "cat %s/s 2>/dev/null; rm -rf %s", dir, dir);
     FILE *f = popen(cmd, "r");
-    size_t n = f ? fread(stats, 1, OUT_CAP - 1, f) : 0;
-    stats[n] = '\0';
+    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+    buf[n] = '\0';
     if (f)
         pclose(f);
+    return n;
+}
+
+/* The app's cudachurn mode (600 iterations) under the preload library with
+ * `extra` set ("NAME=value"): its line in `out` (cap OUT_CAP), the stats in
+ * `stats` (cap OUT_CAP) and, when `peak` is not NULL, the lines of
+ * XSEG_PRELOAD_PEAK_SNAPSHOT in `peak` (cap peak_cap). */
+static void cudachurn_in(run *r, const char *extra, char *stats, char *peak, size_t peak_cap)
+{
+    char *argv[] = {(char *)APP, (char *)"cudachurn", (char *)"600", NULL};
+    char dir[] = "/tmp/xseg_preload_ccXXXXXX", env0[128], env1[128], cmd[160];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(env0, sizeof env0, "XSEG_PRELOAD_STATS=%s/s", dir);
+    snprintf(env1, sizeof env1, "XSEG_PRELOAD_PEAK_SNAPSHOT=%s/peak.%%p", dir);
+    const char *env[5] = {env0, "XSEG_CONF=backend:host", NULL, NULL, NULL}, **e = env + 2;
+    if (extra)
+        *e++ = extra;
+    if (peak)
+        *e = env1;
+    spawn(r, argv, PRELOAD, env);
+    snprintf(cmd, sizeof cmd, "cat %s/s 2>/dev/null", dir);
+    read_cmd(cmd, stats, OUT_CAP);
+    if (peak) {
+        snprintf(cmd, sizeof cmd, "cat %s/peak.* 2>/dev/null", dir);
+        read_cmd(cmd, peak, peak_cap);
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static void cudachurn_run(run *r, const char *async, char *stats)
+{
+    char env[64];
+    snprintf(env, sizeof env, "XSEG_PRELOAD_ASYNC=%s", async);
+    cudachurn_in(r, env, stats, NULL, 0);
 }
 
 /* The number under `name` in the object `object` ("driver_calls": xseg's
@@ -693,26 +718,9 @@ static long long num_after(const char *text, const char *key)
 START_TEST(peak_snapshot_at_exit)
 {
     static char stats[OUT_CAP], snap[1 << 20];
-    char *argv[] = {(char *)APP, (char *)"cudachurn", (char *)"600", NULL};
-    char dir[] = "/tmp/xseg_preload_peakXXXXXX", env0[128], env1[128], cmd[160];
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    snprintf(env0, sizeof env0, "XSEG_PRELOAD_STATS=%s/s", dir);
-    snprintf(env1, sizeof env1, "XSEG_PRELOAD_PEAK_SNAPSHOT=%s/peak.%%p", dir);
-    const char *env[] = {env0, env1, "XSEG_CONF=backend:host", NULL};
     run r;
-    spawn(&r, argv, PRELOAD, env);
-    snprintf(cmd, sizeof cmd, "cat %s/s 2>/dev/null", dir);
-    FILE *f = popen(cmd, "r");
-    size_t n = f ? fread(stats, 1, sizeof stats - 1, f) : 0;
-    stats[n] = '\0';
-    if (f)
-        pclose(f);
-    snprintf(cmd, sizeof cmd, "cat %s/peak.* 2>/dev/null; rm -rf %s", dir, dir);
-    f = popen(cmd, "r");
-    n = f ? fread(snap, 1, sizeof snap - 1, f) : 0;
-    snap[n] = '\0';
-    if (f)
-        pclose(f);
+    cudachurn_in(&r, NULL, stats, snap, sizeof snap);
+    size_t n = strlen(snap);
     ck_assert_msg(r.status == 0 && n > 0 && snap[n - 1] == '\n' && strchr(snap, '\n') == snap + n - 1,
                   "rc %d, %zu bytes, not one line: %.300s\n%s", r.status, n, snap, r.err);
     long long mapped = num_after(snap, "mapped"), at_exit = num_after(snap, "mapped_peak_at_exit");

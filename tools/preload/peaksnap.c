@@ -104,18 +104,9 @@ void pl_peak_after_alloc(int d, xseg_t *xs, size_t app_live)
 
 static void write_peaks(void)
 {
-    char path[4096];
-    const char *pid = strstr(g_path, "%p");
-    if (pid)
-        snprintf(path, sizeof path, "%.*s%d%s", (int)(pid - g_path), g_path, (int)getpid(),
-                 pid + 2);
-    else
-        snprintf(path, sizeof path, "%s", g_path);
-    FILE *f = fopen(path, "a");
-    if (!f) {
-        fprintf(stderr, "xseg-preload: XSEG_PRELOAD_PEAK_SNAPSHOT: cannot open %s\n", path);
+    FILE *f = pl_open_at_exit("XSEG_PRELOAD_PEAK_SNAPSHOT", g_path);
+    if (!f)
         return;
-    }
     for (int d = 0; d < PL_MAX_DEVICES; d++) {
         peak *p = &g_peak[d];
         pthread_mutex_lock(&p->lock);

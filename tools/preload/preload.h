@@ -8,6 +8,7 @@
 #define XSEG_PRELOAD_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 typedef int pl_result;                  /* CUresult and cudaError_t alike */
@@ -125,6 +126,10 @@ int pl_block(const void *ptr, void **base, size_t *size, int *device);
 int pl_owned(const void *ptr, int *device);
 /* A line on stderr with XSEG_PRELOAD_VERBOSE=1 (prefixed with the pid). */
 void pl_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The file of an at-exit variable (XSEG_PRELOAD_STATS, ..._PEAK_SNAPSHOT)
+ * opened for appending, "%p" in spec made the pid; NULL, said on stderr,
+ * when it cannot be opened. */
+FILE *pl_open_at_exit(const char *var, const char *spec);
 /* Bring the real figures of cudaMemGetInfo to the cap of `device`'s
  * allocator, when one is set. */
 void pl_meminfo(int device, size_t *free_bytes, size_t *total_bytes);

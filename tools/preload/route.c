@@ -452,20 +452,25 @@ static void write_one(FILE *f, int d, xseg_t *xs)
             atomic_load(&g_live_peak[d]), atomic_load(&g_syncs[d]), q, calls);
 }
 
-static void write_stats(void)
+FILE *pl_open_at_exit(const char *var, const char *spec)
 {
     char path[4096];
-    const char *pid = strstr(g_stats_path, "%p");
+    const char *pid = strstr(spec, "%p");
     if (pid)
-        snprintf(path, sizeof path, "%.*s%d%s", (int)(pid - g_stats_path), g_stats_path,
-                 (int)getpid(), pid + 2);
+        snprintf(path, sizeof path, "%.*s%d%s", (int)(pid - spec), spec, (int)getpid(), pid + 2);
     else
-        snprintf(path, sizeof path, "%s", g_stats_path);
+        snprintf(path, sizeof path, "%s", spec);
     FILE *f = fopen(path, "a");
-    if (!f) {
-        fprintf(stderr, "xseg-preload: XSEG_PRELOAD_STATS: cannot open %s\n", path);
+    if (!f)
+        fprintf(stderr, "xseg-preload: %s: cannot open %s\n", var, path);
+    return f;
+}
+
+static void write_stats(void)
+{
+    FILE *f = pl_open_at_exit("XSEG_PRELOAD_STATS", g_stats_path);
+    if (!f)
         return;
-    }
     pl_inside = 1;
     xseg_t *own[PL_MAX_DEVICES];
     for (int d = 0; d < PL_MAX_DEVICES; d++) {
