@@ -42,7 +42,7 @@ static void replay_small(const xseg_trace *t)
     xseg_t *xs = NULL;
     if (xseg_create(&xs, 0, "backend:host,host_capacity:512MB") != XSEG_OK)
         abort();
-    xseg_replay_opts o = {1, 1};
+    xseg_replay_opts o = {.verify = 1, .free_at_end = 1};
     xseg_replay_result *r = calloc(1, sizeof *r);
     xseg_status st = xseg_replay_run(xs, t, &o, r);
     if (r->corrupted || (st != XSEG_OK && st != XSEG_ERR_OOM && st != XSEG_ERR_SIZE &&

@@ -16,6 +16,7 @@ typedef struct replay {
     xseg_replay_result *r;
     void **ptrs;     /* live pointer of each slot (NULL: none / OOM) */
     void **streams;  /* stream pointer of each stream index */
+    uint64_t live;   /* requested bytes live (for after_alloc) */
 } replay;
 
 static double now(void)
@@ -83,6 +84,9 @@ static int do_alloc(replay *R, size_t i, const xseg_trace_event *e)
         return *slot = NULL, record_status(R, i, st), -1;
     if (R->o->verify)
         replay_verify_write(*slot, e->bytes, R->t->ids[i]);
+    R->live += e->bytes;
+    if (R->o->after_alloc)
+        R->o->after_alloc(R->o->arg, R->xs, R->live);
     return 0;
 }
 
@@ -95,6 +99,7 @@ static int do_free(replay *R, size_t i, const xseg_trace_event *e)
     if (R->o->verify && check_block(R, i, p, e->bytes, R->t->ids[i]) != 0)
         return -1;
     R->ptrs[e->slot] = NULL;
+    R->live -= e->bytes;
     st = xseg_free(R->xs, p);
     if (st != XSEG_OK)
         return record_status(R, i, st), -1;
@@ -222,8 +227,8 @@ static int prepare(replay *R)
 xseg_status xseg_replay_run(xseg_t *xs, const xseg_trace *t, const xseg_replay_opts *opts,
                             xseg_replay_result *r)
 {
-    static const xseg_replay_opts defaults = { 0, 0 };
-    replay R = { xs, t, opts ? opts : &defaults, r, NULL, NULL };
+    static const xseg_replay_opts defaults = { 0, 0, NULL, NULL };
+    replay R = { xs, t, opts ? opts : &defaults, r, NULL, NULL, 0 };
     if (!r)
         return XSEG_ERR_INVALID_ARG;
     memset(r, 0, sizeof *r);

@@ -29,6 +29,10 @@ typedef struct xseg_replay_opts {
     int verify;
     /* Free what is still live at the end (after the measurement). */
     int free_at_end;
+    /* Called after every allocation that succeeded, with the requested bytes
+     * live then (NULL: none; timed with the events, so it adds to them). */
+    void (*after_alloc)(void *arg, xseg_t *xs, uint64_t live_bytes);
+    void *arg;
 } xseg_replay_opts;
 
 typedef struct xseg_replay_result {

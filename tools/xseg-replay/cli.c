@@ -28,6 +28,12 @@ static const char usage_text[] =
 "      --verify       write a pattern derived from the id into the head, tail\n"
 "                     and every MiB of each block and check it at free: finds\n"
 "                     overlapping blocks (host backend only)\n"
+"      --peak-snapshot FILE\n"
+"                     append to FILE, per trace, one JSON line: the allocator's\n"
+"                     snapshot and stats when its mapped bytes were at their\n"
+"                     highest, with the live bytes then (the first replay of\n"
+"                     each trace; a stats read after every allocation, which\n"
+"                     the time includes); tools/peak-report reads it\n"
 "  -j, --json         print one JSON object per trace, one per line\n"
 "      --json-array   print one JSON array holding those objects\n"
 "  -h, --help         print this text and exit\n"
@@ -52,7 +58,9 @@ static const char usage_text[] =
 "  xseg-replay tools/traces/llama_serve_s1.csv.gz\n"
 "  xseg-replay --conf backend:host --verify tools/traces/*.csv.gz\n"
 "  xseg-replay --conf backend:host,max_mapped:3GB --repeat 3 trace.csv.gz\n"
-"  XSEG_CONF=release_threshold:0 xseg-replay --json trace.csv.gz | jq .ratio\n";
+"  XSEG_CONF=release_threshold:0 xseg-replay --json trace.csv.gz | jq .ratio\n"
+"  xseg-replay -c backend:host --peak-snapshot /tmp/p.jsonl t.csv.gz &&\n"
+"    tools/peak-report /tmp/p.jsonl\n";
 
 void cli_usage(FILE *f)
 {
@@ -85,7 +93,7 @@ static int parse_int(const char *s, int min, int *out)
     return 0;
 }
 
-enum { OPT_VERIFY = 256, OPT_JSON_ARRAY };
+enum { OPT_VERIFY = 256, OPT_JSON_ARRAY, OPT_PEAK_SNAPSHOT };
 
 static const struct option long_opts[] = {
     { "conf", required_argument, NULL, 'c' },
@@ -94,6 +102,7 @@ static const struct option long_opts[] = {
     { "verify", no_argument, NULL, OPT_VERIFY },
     { "json", no_argument, NULL, 'j' },
     { "json-array", no_argument, NULL, OPT_JSON_ARRAY },
+    { "peak-snapshot", required_argument, NULL, OPT_PEAK_SNAPSHOT },
     { "help", no_argument, NULL, 'h' },
     { "version", no_argument, NULL, 'V' },
     { NULL, 0, NULL, 0 }
@@ -111,6 +120,7 @@ static int apply(int opt, const char *arg, replay_cli *c)
     case OPT_VERIFY: c->verify = 1; return CLI_RUN;
     case 'j': c->json = CLI_JSON_LINES; return CLI_RUN;
     case OPT_JSON_ARRAY: c->json = CLI_JSON_ARRAY; return CLI_RUN;
+    case OPT_PEAK_SNAPSHOT: c->peak_path = arg; return CLI_RUN;
     case 'h': cli_usage(stdout); return CLI_DONE;
     case 'V': version(); return CLI_DONE;
     }
@@ -120,7 +130,7 @@ static int apply(int opt, const char *arg, replay_cli *c)
 static int bad_option(char **argv)
 {
     const char *arg = optind > 0 ? argv[optind - 1] : "?";
-    if (optopt && strchr("cdr", optopt))
+    if ((optopt > 0 && optopt < 256 && strchr("cdr", optopt)) || optopt == OPT_PEAK_SNAPSHOT)
         return usage_error("option '%s' needs an argument", arg);
     return usage_error("unknown option '%s'", arg);
 }

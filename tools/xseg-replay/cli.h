@@ -12,6 +12,7 @@ typedef struct replay_cli {
     int device;
     int repeat;          /* >= 1 */
     const char *conf;    /* NULL: the XSEG_CONF environment */
+    const char *peak_path; /* --peak-snapshot: NULL when not asked */
     char **traces;
     int ntraces;
 } replay_cli;

@@ -16,7 +16,7 @@ typedef struct replay_report {
     xseg_replay_result result;    /* the fastest replay (or the failing one) */
     uint64_t driver_ns[2][XSEG_OP_COUNT]; /* its driver time by xseg_side and op */
     int failed;                   /* load, allocator or replay failure */
-    const char *stage;            /* what failed: "load", "allocator", "replay" */
+    const char *stage;            /* what failed: "load", "allocator", "replay", "peak" */
     xseg_trace_error load_error;  /* stage "load" */
     char error[1024];             /* what failed, for stderr and JSON */
 } replay_report;
