@@ -27,7 +27,7 @@ typedef struct dev_peak {
     atomic_size_t high; /* p.high, readable without the lock */
     xseg_peak p;
     xseg_t *xs;         /* whose: its mapped peak at exit */
-    pid_t pid;          /* taken in this process, not in a fork's parent */
+    _Atomic pid_t pid;  /* taken in this process, not in a fork's parent */
 } dev_peak;
 
 static dev_peak g_peak[PL_MAX_DEVICES];
@@ -50,7 +50,7 @@ void pl_peak_after_alloc(int d, xseg_t *xs, size_t app_live)
     pthread_mutex_lock(&dp->lock);
     if (xseg_peak_see(&dp->p, xs, app_live, pl_q_held(d)) == 1) {
         dp->xs = xs;
-        dp->pid = getpid();
+        atomic_store(&dp->pid, getpid());
         atomic_store(&dp->high, dp->p.high);
     }
     pthread_mutex_unlock(&dp->lock);
@@ -64,10 +64,11 @@ static void write_peaks(void)
     for (int d = 0; d < PL_MAX_DEVICES; d++) {
         dev_peak *dp = &g_peak[d];
         char head[64];
+        if (atomic_load(&dp->pid) != getpid())
+            continue; /* none taken here: in a fork child the lock may be held for good */
         pthread_mutex_lock(&dp->lock);
         snprintf(head, sizeof head, "\"pid\":%d,\"device\":%d", (int)getpid(), d);
-        if (dp->pid == getpid())
-            xseg_peak_write(f, &dp->p, head, xseg_peak_mapped(dp->xs, 1));
+        xseg_peak_write(f, &dp->p, head, xseg_peak_mapped(dp->xs, 1));
         pthread_mutex_unlock(&dp->lock);
     }
     fclose(f);
