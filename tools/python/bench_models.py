@@ -78,6 +78,10 @@ import time
 import traceback
 
 import bench_report as report
+# The corpus's model builder (random weights on the GPU, either transformers
+# keyword): one copy for the capture and this benchmark.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gpu"))
+from corpus_workloads import build  # noqa: E402 (its folder first)
 from bench_report import (FAMILIES, MODES, WORKLOADS, aggregate, compare,  # noqa: F401
                           fmt_gib, is_xseg, markdown, rows, schedule, table)
 
@@ -221,24 +225,6 @@ def make_config(cls, attn, **kw):
         config = cls(**kw)
         config._attn_implementation = attn
         return config
-
-
-def build(torch, cls, config, dtype, seed):
-    """The model with random weights, made on the GPU in `dtype`."""
-    torch.manual_seed(seed)
-    model = None
-    with torch.device("cuda"):
-        for kw in ("dtype", "torch_dtype"):
-            try:
-                model = cls._from_config(config, **{kw: dtype})
-                break
-            except TypeError:
-                continue
-        if model is None:
-            model = cls(config)
-    if next(model.parameters()).dtype != dtype:
-        model = model.to(dtype)
-    return model
 
 
 # xseg mode: the allocator counters recorded per call (see timed).
