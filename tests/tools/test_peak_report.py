@@ -55,13 +55,14 @@ class PeakReport(unittest.TestCase):
         r = self.report(out)
         self.assertEqual(r.returncode, 0, r.stderr)
         row = [c.strip() for c in r.stdout.splitlines()[2].strip("|").split("|")]
-        what, mapped, live, ratio = row[0], float(row[1]), float(row[2]), float(row[3])
-        parts = sum(float(x) for x in row[4:10])
+        what, at, mapped, live, ratio = row[0], row[1], float(row[2]), float(row[3]), float(row[4])
+        parts = sum(float(x) for x in row[5:11])
         self.assertEqual(what, os.path.basename(trace))
+        self.assertEqual(at, "3")  # the third allocation made the peak
         self.assertEqual((mapped, live), (74.0, 41.0))
         self.assertAlmostEqual(ratio, 74 / 41, places=3)
         self.assertAlmostEqual(parts, mapped - live, places=1)  # the parts add up
-        self.assertEqual(float(row[10].split(",")[0]), 32.0)    # the freed block, whole
+        self.assertEqual(float(row[11].split(",")[0]), 32.0)    # the freed block, whole
 
     def test_default_moves_instead(self):
         # The release threshold (the live peak, 41 MiB): the growth moves the
