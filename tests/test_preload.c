@@ -791,6 +791,22 @@ START_TEST(xseg_run_wrapper)
     spawn(&r, modes, NULL, NULL); /* --free sync: a sync per free, whatever the bound */
     assert_clean(&r, "xseg-run --free sync");
     ck_assert_int_ge(count(r.out, "fake.cuCtxSynchronize"), 10);
+    char peak[] = "/tmp/xseg_run_peakXXXXXX", text[OUT_CAP], cmd[96];
+    int fd = mkstemp(peak);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    char *snap[] = {(char *)XSEG_RUN, (char *)"--conf", (char *)CONF, (char *)"--peak-snapshot",
+                    peak, (char *)"--", (char *)APP, (char *)"basic", NULL};
+    spawn(&r, snap, NULL, NULL);
+    assert_clean(&r, "xseg-run --peak-snapshot");
+    snprintf(cmd, sizeof cmd, "cat %s", peak);
+    read_cmd(cmd, text, sizeof text);
+    unlink(peak);
+    ck_assert_msg(strstr(text, "\"mapped\":") && strstr(text, "\"snapshot\":{"),
+                  "--peak-snapshot wrote: %.300s", text);
+    char *bad[] = {(char *)XSEG_RUN, (char *)"--peak-snapshot", NULL};
+    spawn(&r, bad, NULL, NULL);
+    ck_assert_int_eq(r.status, 2);
 }
 END_TEST
 
