@@ -63,12 +63,11 @@ static void write_peaks(void)
         return;
     for (int d = 0; d < PL_MAX_DEVICES; d++) {
         dev_peak *dp = &g_peak[d];
-        char head[64];
         if (atomic_load(&dp->pid) != getpid())
             continue; /* none taken here: in a fork child the lock may be held for good */
         pthread_mutex_lock(&dp->lock);
-        snprintf(head, sizeof head, "\"pid\":%d,\"device\":%d", (int)getpid(), d);
-        xseg_peak_write(f, &dp->p, head, xseg_peak_mapped(dp->xs, 1));
+        fprintf(f, "{\"pid\":%d,\"device\":%d", (int)getpid(), d);
+        xseg_peak_write(f, &dp->p, xseg_peak_mapped(dp->xs, 1));
         pthread_mutex_unlock(&dp->lock);
     }
     fclose(f);

@@ -51,14 +51,12 @@ int xseg_peak_see(xseg_peak *p, xseg_t *xs, size_t app_live, size_t quarantined)
     return 1;
 }
 
-void xseg_peak_write(FILE *f, const xseg_peak *p, const char *head, size_t final_peak)
+void xseg_peak_write(FILE *f, const xseg_peak *p, size_t final_peak)
 {
-    if (!p->snap)
-        return;
     fprintf(f,
-            "{%s,\"mapped\":%zu,\"mapped_peak_at_exit\":%zu,\"app_live\":%zu,"
+            ",\"mapped\":%zu,\"mapped_peak_at_exit\":%zu,\"app_live\":%zu,"
             "\"quarantined\":%zu,\"highs\":%lu,\"stats\":%s,\"snapshot\":%s}\n",
-            head, p->high, final_peak, p->app_live, p->quarantined, p->highs, p->stats, p->snap);
+            p->high, final_peak, p->app_live, p->quarantined, p->highs, p->stats, p->snap);
 }
 
 void xseg_peak_clear(xseg_peak *p)

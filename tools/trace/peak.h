@@ -24,11 +24,11 @@ size_t xseg_peak_mapped(xseg_t *xs, int peak);
  * p: 1 taken, 0 not a new high, -1 the JSON could not be rendered (host
  * memory; p unchanged). */
 int xseg_peak_see(xseg_peak *p, xseg_t *xs, size_t app_live, size_t quarantined);
-/* One line: {head,"mapped":...,"mapped_peak_at_exit":final_peak,"app_live",
- * "quarantined","highs","stats":{...},"snapshot":{...}}; head is JSON
- * members without braces ("\"pid\":12,\"device\":0").  Nothing when none
- * was kept. */
-void xseg_peak_write(FILE *f, const xseg_peak *p, const char *head, size_t final_peak);
+/* The rest of one line, after the caller's "{" and its own members
+ * ("{\"pid\":12,\"device\":0"): ,"mapped":...,"mapped_peak_at_exit":
+ * final_peak,"app_live","quarantined","highs","stats":{...},"snapshot":{...}}
+ * and the newline.  Only when a snapshot was kept (p->snap). */
+void xseg_peak_write(FILE *f, const xseg_peak *p, size_t final_peak);
 void xseg_peak_clear(xseg_peak *p);
 
 #endif

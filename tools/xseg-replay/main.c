@@ -1,5 +1,6 @@
 /* main.c: xseg-replay: replays allocation traces through fresh xseg
  * allocators and prints a table or JSON (see cli.c for the usage). */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include "cli.h"
@@ -30,6 +31,21 @@ static void output(const replay_cli *c, const replay_report *rep, int index)
     fflush(stdout);
 }
 
+/* Append the trace's --peak-snapshot line: 0, or -1 with rep->error. */
+static int write_peak(const replay_cli *c, replay_report *rep)
+{
+    FILE *f = fopen(c->peak_path, "a");
+    if (!f) {
+        snprintf(rep->error, sizeof rep->error, "%s: --peak-snapshot: cannot open %s: %s",
+                 rep->path, c->peak_path, strerror(errno));
+        rep->stage = "peak";
+        return rep->failed = 1, -1;
+    }
+    report_peak_json(f, rep);
+    fclose(f);
+    return 0;
+}
+
 static int replay_all(const replay_cli *c)
 {
     static replay_report rep; /* large: kept off the stack */
@@ -37,7 +53,7 @@ static int replay_all(const replay_cli *c)
     if (c->json == CLI_JSON_OFF)
         report_text_header(stdout, name_width(c));
     for (int i = 0; i < c->ntraces; i++) {
-        if (run_trace(c, c->traces[i], &rep) != 0) {
+        if (run_trace(c, c->traces[i], &rep) != 0 || (c->peak_path && write_peak(c, &rep) != 0)) {
             fprintf(stderr, "xseg-replay: %s\n", rep.error);
             status = 1;
         }

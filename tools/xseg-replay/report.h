@@ -14,5 +14,8 @@ const char *report_name(const char *path);
 
 /* One JSON object (no newline). */
 void report_json(FILE *f, const replay_report *rep, const replay_cli *c);
+/* The --peak-snapshot line of a trace (peak.h), with its newline; nothing
+ * when no snapshot was kept. */
+void report_peak_json(FILE *f, const replay_report *rep);
 
 #endif

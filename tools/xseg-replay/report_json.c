@@ -1,5 +1,6 @@
 /* report_json.c: xseg-replay's JSON output: one object per trace with the
- * measurements, the driver calls by kind and the error, if any. */
+ * measurements, the driver calls by kind and the error, if any; and the
+ * line of --peak-snapshot. */
 #include <string.h>
 #include "report.h"
 
@@ -17,6 +18,15 @@ static void json_string(FILE *f, const char *s)
             fputc(*p, f);
     }
     fputc('"', f);
+}
+
+void report_peak_json(FILE *f, const replay_report *rep)
+{
+    if (!rep->peak.snap)
+        return;
+    fputs("{\"trace\":", f);
+    json_string(f, rep->path);
+    xseg_peak_write(f, &rep->peak, (size_t)rep->peak_mapped);
 }
 
 static void key(FILE *f, const char *k)

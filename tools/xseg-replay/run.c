@@ -2,12 +2,10 @@
  * --repeat times, each through a fresh allocator, and keeps the fastest
  * result; a failure stops the repeats and is described for the report.
  * --peak-snapshot: the first replay keeps the allocator at its mapped peak
- * (peak.h) and appends it to the file. */
-#include <errno.h>
+ * (peak.h) in the report, for main.c to write. */
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
-#include "peak.h"
 #include "run.h"
 
 static double now(void)
@@ -89,45 +87,19 @@ static int replay_once(const replay_cli *c, replay_report *rep, xseg_replay_resu
     return rep->failed = 1, -1;
 }
 
-/* Append the peak line of the trace at rep->path: 0, or -1 with rep->error. */
-static int write_peak(const replay_cli *c, replay_report *rep, const xseg_peak *peak,
-                      uint64_t final_peak)
-{
-    char head[1200] = "\"trace\":\"";
-    size_t n = strlen(head);
-    for (const char *p = rep->path; *p && n + 8 < sizeof head; p++) {
-        if (*p == '"' || *p == '\\')
-            head[n++] = '\\';
-        head[n++] = (unsigned char)*p < 0x20 ? '?' : *p;
-    }
-    snprintf(head + n, sizeof head - n, "\"");
-    FILE *f = fopen(c->peak_path, "a");
-    if (!f) {
-        snprintf(rep->error, sizeof rep->error, "%s: --peak-snapshot: cannot open %s: %s",
-                 rep->path, c->peak_path, strerror(errno));
-        rep->stage = "peak";
-        return rep->failed = 1, -1;
-    }
-    xseg_peak_write(f, peak, head, (size_t)final_peak);
-    fclose(f);
-    return 0;
-}
-
 int run_trace(const replay_cli *c, const char *path, replay_report *rep)
 {
     static xseg_replay_result r; /* large: kept off the stack */
     uint64_t ns[2][XSEG_OP_COUNT];
-    xseg_peak peak = {0};
     memset(rep, 0, sizeof *rep);
     rep->path = path;
     if (load(path, rep) != 0)
         return -1;
     for (int i = 0; i < c->repeat; i++) {
         memset(ns, 0, sizeof ns);
-        int rc = replay_once(c, rep, &r, ns, i == 0 && c->peak_path ? &peak : NULL);
-        if (rc == 0 && i == 0 && c->peak_path)
-            rc = write_peak(c, rep, &peak, r.peak_mapped_bytes);
-        xseg_peak_clear(&peak);
+        int rc = replay_once(c, rep, &r, ns, i == 0 && c->peak_path ? &rep->peak : NULL);
+        if (i == 0)
+            rep->peak_mapped = r.peak_mapped_bytes;
         rep->repeats++;
         if (rc != 0 || i == 0 || r.seconds < rep->result.seconds) {
             rep->result = r;
@@ -143,4 +115,5 @@ void run_report_free(replay_report *rep)
 {
     xseg_trace_free(rep->trace);
     rep->trace = NULL;
+    xseg_peak_clear(&rep->peak);
 }

@@ -4,6 +4,7 @@
 #define XSEG_REPLAY_RUN_H
 
 #include "cli.h"
+#include "peak.h"
 #include "replay.h"
 #include "trace.h"
 
@@ -19,6 +20,8 @@ typedef struct replay_report {
     const char *stage;            /* what failed: "load", "allocator", "replay", "peak" */
     xseg_trace_error load_error;  /* stage "load" */
     char error[1024];             /* what failed, for stderr and JSON */
+    xseg_peak peak;               /* --peak-snapshot: the first replay at its mapped peak */
+    uint64_t peak_mapped;         /* that replay's mapped peak (xseg_stats) */
 } replay_report;
 
 /* Check that an allocator can be created with the conf and device.
