@@ -44,7 +44,10 @@ allocator's reserved peak so that memory mapped and unmapped between two
 polls counts); a hash of the outputs (generated tokens, losses, embeddings,
 graph outputs) that must be equal across modes and rounds; and per workload
 the verdict of issue 13's figure: xseg median throughput >= max(native,
-expandable) * 0.99 and xseg median peak <= expandable's (bench_report.py).
+expandable) * 0.99 and xseg median peak <= expandable's (bench_report.py);
+then the same figure paired by round (bench_report.paired: xseg over the
+faster peer of its own round, the median of those ratios and an interval for
+it that says whether the rounds can decide the 1% at all).
 --trace-dir records xseg's allocations as an xseg-trace v1 file.  Errors are
 caught and reported; the JSON is rewritten after every run.
 
@@ -851,6 +854,7 @@ def write(path, args, runs, results, verdict, started, progress):
            "figure": report.overall(verdict),
            "summary": report.summary(results, verdict),
            "markdown": markdown(results, verdict),
+           "paired": report.paired_all([r for v in runs.values() for r in v]),
            "runs": [r for k in sorted(runs) for r in runs[k]]}
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -924,6 +928,7 @@ def parent(args):
     print(table(results, verdict))
     print()
     print("\n".join(report.summary(results, verdict)))
+    print("\n".join(report.paired_lines([r for v in runs.values() for r in v])))
     print()
     print(markdown(results, verdict))
     print(f"\n[bench] {time.time() - started:.0f} s in all", flush=True)

@@ -14,6 +14,7 @@ bench_models.py:  python3 tools/python/bench_report.py results.json
 """
 import argparse
 import json
+import math
 import statistics
 import sys
 
@@ -26,6 +27,7 @@ FAMILIES = ("llama", "gpt2", "moe", "bert", "vit")
 FIGURE_SLACK = 0.01
 FIGURE_MIN_FAMILIES = 4
 FIGURE_MIN_ROUNDS = 5
+PAIRED_CONFIDENCE = 0.95
 GiB = float(1 << 30)
 # Per-run records too large for the aggregated rows (the JSON's "runs" keeps them).
 BULKY = ("call_times", "throughput_all", "losses", "traceback", "stderr_tail")
@@ -215,6 +217,94 @@ def overall(verdict, mode="xseg"):
                                             "slack": FIGURE_SLACK}}
 
 
+# ----------------------------------------------------------------- paired
+
+def median_interval(values, confidence=PAIRED_CONFIDENCE):
+    """(lo, hi, coverage): a distribution-free interval for the median of
+    the values, the order statistics x(k) and x(n+1-k) for the largest k
+    whose coverage, 1 - 2 P(Binomial(n, 1/2) < k), is at least confidence.
+    With too few values for that (n <= 5 at 95%), the whole range and the
+    coverage it has (5 values: 93.75%)."""
+    xs = sorted(values)
+    n = len(xs)
+    if n == 0:
+        return None, None, 0.0
+
+    def coverage(k):
+        return max(0.0, 1.0 - 2.0 * sum(math.comb(n, i) for i in range(k)) / 2.0 ** n)
+
+    best = 1
+    while best < (n + 1) // 2 and coverage(best + 1) >= confidence:
+        best += 1
+    return xs[best - 1], xs[n - best], coverage(best)
+
+
+def paired(runs, mode="xseg"):
+    """Per workload, mode's throughput over the faster PyTorch mode *of the
+    same round* (the modes of one round run back to back, so a machine that
+    is slower for a while slows them all): the per-round ratios, their
+    median, a distribution-free interval for it (median_interval), and the
+    verdict that interval allows on the figure's 1% (met: all of it at or
+    above 1 - FIGURE_SLACK; not met: all of it below; undecided: it holds
+    the line, the rounds cannot tell at this noise).  Peak over
+    expandable's per round too.  Only rounds where mode and both peers ran
+    without error count."""
+    by = {}
+    for r in runs:
+        if "error" in r or "round" not in r or "throughput" not in r:
+            continue
+        by.setdefault(r["workload"], {}).setdefault(r["round"], {})[r["mode"]] = r
+    out = {}
+    for w in [w for w in WORKLOADS if w in by] + sorted(set(by) - set(WORKLOADS)):
+        if w == "probe":
+            continue
+        thr, peak, best_peers = [], [], []
+        for rnd in sorted(by[w]):
+            got = by[w][rnd]
+            if mode not in got or not all(p in got for p in PEERS):
+                continue
+            best = max(PEERS, key=lambda p: got[p]["throughput"])
+            thr.append(got[mode]["throughput"] / got[best]["throughput"])
+            exp_peak = got["expandable"]["peak_device_bytes"]
+            peak.append(got[mode]["peak_device_bytes"] / exp_peak if exp_peak else None)
+            best_peers.append(best)
+        if not thr:
+            continue
+        lo, hi, cov = median_interval(thr)
+        line = 1.0 - FIGURE_SLACK - 1e-12
+        verdict = "met" if lo >= line else ("not met" if hi < line else "undecided")
+        peaks = [x for x in peak if x is not None]
+        out[w] = {"mode": mode, "rounds": len(thr), "ratios": thr,
+                  "median": statistics.median(thr), "lo": lo, "hi": hi, "coverage": cov,
+                  "verdict": verdict, "best_peers": best_peers,
+                  "peak_vs_expandable": statistics.median(peaks) if peaks else None,
+                  "peak_vs_expandable_max": max(peaks) if peaks else None}
+    return out
+
+
+def paired_line(w, p):
+    """One line of the paired comparison of workload w."""
+    peak = ""
+    if p["peak_vs_expandable"] is not None:
+        peak = (f"; peak / expandable's {p['peak_vs_expandable']:.4f} "
+                f"(max {p['peak_vs_expandable_max']:.4f})")
+    return (f"{w}: paired, {p['mode']} / the round's faster peer over {p['rounds']} rounds: "
+            f"median {p['median']:.3f}, {100 * p['coverage']:.1f}% interval "
+            f"{p['lo']:.3f}..{p['hi']:.3f}: {p['verdict'].upper()} "
+            f"(the figure needs >= {1 - FIGURE_SLACK:.2f}){peak}")
+
+
+def paired_all(runs):
+    """paired() for every xseg mode in runs: {mode: {workload: ...}}."""
+    modes = sorted({r.get("mode") for r in runs if is_xseg(r.get("mode") or "")})
+    return {m: paired(runs, m) for m in modes}
+
+
+def paired_lines(runs):
+    """The paired comparison's lines for every xseg mode and workload."""
+    return [paired_line(w, p) for by_w in paired_all(runs).values() for w, p in by_w.items()]
+
+
 # ----------------------------------------------------------------- tables
 
 def workload_order(results):
@@ -364,9 +454,14 @@ def main(argv=None):
     ap.add_argument("--markdown", action="store_true", help="print the Markdown table too")
     args = ap.parse_args(argv)
     with open(args.json) as f:
-        results = from_json(json.load(f))
+        doc = json.load(f)
+    results = from_json(doc)
     verdict = compare(results)
     print(table(results, verdict))
+    lines = paired_lines(doc.get("runs", []))
+    if lines:
+        print()
+        print("\n".join(lines))
     if args.markdown:
         print()
         print(markdown(results, verdict))

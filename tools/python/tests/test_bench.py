@@ -275,6 +275,68 @@ class FigureTest(unittest.TestCase):
         self.assertIn("not met on vit", br.overall_line(o))
 
 
+class PairedTest(unittest.TestCase):
+    def runs(self, rounds):
+        """Runs from {round: (native, expandable, xseg)} throughputs; peaks
+        100 / 100 / 99 unless a fourth item gives xseg's."""
+        out = []
+        for rnd, vals in rounds.items():
+            for m, thr in zip(br.MODES, vals[:3]):
+                peak = (vals[3] if len(vals) > 3 else 99) if m == "xseg" else 100
+                out.append({"workload": "llama", "mode": m, "round": rnd,
+                            "throughput": thr, "peak_device_bytes": peak})
+        return out
+
+    def test_interval_of_the_median(self):
+        self.assertEqual(br.median_interval([3, 1, 2, 5, 4]), (1, 5, 0.9375))
+        lo, hi, cov = br.median_interval(list(range(1, 10)))
+        self.assertEqual((lo, hi), (2, 8))  # 9 values: x(2)..x(8), 96.1%
+        self.assertAlmostEqual(cov, 1 - 2 * (1 + 9) / 512)
+        lo, hi, cov = br.median_interval(list(range(20)))
+        self.assertEqual((lo, hi), (5, 14))
+        self.assertGreaterEqual(cov, 0.95)
+        self.assertEqual(br.median_interval([7.0]), (7.0, 7.0, 0.0))
+
+    def test_each_round_against_its_own_faster_peer(self):
+        # the machine is twice as fast in rounds 3-5: xseg's median over
+        # modes is below native's, but it beats the faster peer every round
+        rounds = {1: (100, 90, 101), 2: (100, 95, 102), 3: (200, 180, 203),
+                  4: (200, 190, 204), 5: (210, 180, 212)}
+        p = br.paired(self.runs(rounds))["llama"]
+        self.assertEqual(p["rounds"], 5)
+        self.assertEqual(p["best_peers"], ["native"] * 5)
+        self.assertAlmostEqual(p["median"], 1.015)
+        self.assertEqual(p["verdict"], "met")
+        self.assertAlmostEqual(p["lo"], 1.0095238, places=6)
+        self.assertEqual(p["peak_vs_expandable"], 0.99)
+
+    def test_verdicts(self):
+        down = {r: (100, 100, 95 + r * 0.1) for r in range(1, 6)}
+        self.assertEqual(br.paired(self.runs(down))["llama"]["verdict"], "not met")
+        noisy = {1: (100, 90, 80), 2: (100, 90, 120), 3: (100, 90, 99), 4: (100, 90, 100),
+                 5: (100, 90, 105)}
+        p = br.paired(self.runs(noisy))["llama"]
+        self.assertEqual(p["verdict"], "undecided")
+        self.assertIn("UNDECIDED", br.paired_line("llama", p))
+        self.assertIn("93.8% interval 0.800..1.200", br.paired_line("llama", p))
+        # exactly 1% under the faster peer in every round is met, as in figure_for
+        edge = {r: (100, 100, 99) for r in range(1, 6)}
+        self.assertEqual(br.paired(self.runs(edge))["llama"]["verdict"], "met")
+
+    def test_rounds_without_every_mode_do_not_count(self):
+        runs = self.runs({1: (100, 90, 101), 2: (100, 90, 50), 3: (100, 90, 102)})
+        runs[4]["error"] = "boom"  # round 2's expandable failed
+        del runs[4]["throughput"]
+        runs.append({"workload": "llama", "mode": "xseg", "round": 4, "throughput": 1.0,
+                     "peak_device_bytes": 1})  # no peers in round 4
+        p = br.paired(runs)["llama"]
+        self.assertEqual(p["rounds"], 2)
+        self.assertEqual(sorted(p["ratios"]), [1.01, 1.02])
+        self.assertEqual(br.paired(runs, "xseg-native"), {})
+        everything = br.paired_all(runs + [dict(runs[2], mode="xseg[premap:off]")])
+        self.assertEqual(sorted(everything), ["xseg", "xseg[premap:off]"])
+
+
 class OutputsTest(unittest.TestCase):
     def rows(self, **hashes):
         return {m: {"output_hashes": list(h)} for m, h in hashes.items()}
@@ -391,6 +453,7 @@ class PlumbingTest(unittest.TestCase):
         self.assertEqual(doc["per_process"], "round")
         self.assertTrue(doc["quick"])
         self.assertIsNone(doc["figure"]["met"])  # nothing measured: not proven
+        self.assertEqual(doc["paired"], {"xseg": {}})  # no round to pair
         # bench_report.py prints the same table from the saved JSON
         path = os.path.join(self.tmp.name, "out.json")
         with contextlib.redirect_stdout(io.StringIO()) as again:
