@@ -183,7 +183,10 @@ XSEG_API xseg_status xseg_block_range(xseg_t *xs, const void *ptr, void **base, 
  * bytes mapped; waits (on events) for the GPU where needed.  *released (may
  * be NULL) receives the number of physical bytes released.  With a reclaim
  * worker it first waits for the worker's queue, then releases the rest on
- * the calling thread (one thread in the driver at a time is the fastest). */
+ * the calling thread (one thread in the driver at a time is the fastest).
+ * It also restarts release_threshold:auto's budget from what is left (the
+ * bytes allocated now plus the cache kept): later growth releases at the
+ * new workload's own peak, not at an earlier, larger one. */
 XSEG_API xseg_status xseg_trim(xseg_t *xs, size_t keep, size_t *released);
 /* xseg_trim without the wait for the memory to be back: the whole handles
  * of cached memory beyond `keep` go to the reclaim worker (reclaim:worker),

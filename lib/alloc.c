@@ -765,7 +765,7 @@ static size_t release_limit(const xseg_t *xs)
     if (rt == XSEG_SIZE_UNLIMITED)
         return SIZE_MAX;
     if (rt == XSEG_SIZE_AUTO) {
-        size_t pk = xs->peak_alloc_ever > xs->arena_used ? xs->peak_alloc_ever : xs->arena_used;
+        size_t pk = xs->budget_peak > xs->arena_used ? xs->budget_peak : xs->arena_used;
         size_t lim = round_page(xs, pk), extra = (size_t)((double)pk * xs->conf.release_slack);
         extra -= extra % xs->arena.page;
         return lim > SIZE_MAX - extra ? SIZE_MAX : lim + extra;
@@ -1085,7 +1085,7 @@ size_t xseg_premap_budget(const xseg_t *xs)
     if (c == XSEG_PREMAP_OFF || !xs->conf.caching)
         return 0;
     if (c == XSEG_SIZE_AUTO) {
-        c = xs->peak_alloc_ever / 128;
+        c = xs->budget_peak / 128;
         size_t grown = xs->arena_used > xs->streak_base ? xs->arena_used - xs->streak_base : 0;
         if (xs->streak >= XSEG_PREMAP_WHOLE && grown / XSEG_PREMAP_STREAK_DIV > c)
             c = grown / XSEG_PREMAP_STREAK_DIV;
@@ -1191,8 +1191,8 @@ xseg_status xblk_alloc(xseg_t *xs, xstream *s, size_t size, size_t request, xblo
                          "raise va_size", size, xseg_fmt_size(xs->arena.size, b1, sizeof b1));
     }
     xs->arena_used += b->size;
-    if (xs->arena_used > xs->peak_alloc_ever)
-        xs->peak_alloc_ever = xs->arena_used;
+    if (xs->arena_used > xs->budget_peak)
+        xs->budget_peak = xs->arena_used;
     if (!xs->wk_unmapping) /* a split releases handles: not while old mappings wait */
         split_large(xs, b, f.from, f.epoch);
     xseg_status st = ensure_mapped(xs, b, request);

@@ -355,6 +355,17 @@ static size_t trim_cached(const xseg_t *xs)
     return xs->releasing_bytes < cached ? cached - xs->releasing_bytes : 0;
 }
 
+/* A trim gives memory back on purpose: the release threshold's budget
+ * (alloc.c release_limit, release_threshold:auto) restarts from the bytes
+ * allocated now plus what the trim keeps cached, so that a later, smaller
+ * workload releases at its own peak instead of caching up to an earlier
+ * one's (docs/config.md, release_threshold). */
+static void restart_budget(xseg_t *xs, size_t keep)
+{
+    size_t cached = trim_cached(xs);
+    xs->budget_peak = xs->arena_used + (cached < keep ? cached : keep);
+}
+
 /* xseg_trim (wait: the caller releases) and xseg_trim_start (no wait, the
  * worker unbounded). */
 static xseg_status trim(xseg_t *xs, size_t keep, size_t *released, int wait)
@@ -369,6 +380,7 @@ static xseg_status trim(xseg_t *xs, size_t keep, size_t *released, int wait)
     xseg_drop_empty_slabs(xs);
     xarena_release_orphans(xs); /* handles whose release failed before */
     size_t handed = 0;
+    restart_budget(xs, keep);
     if (wait) {
         /* The caller waits for the memory anyway: the worker's queue is
          * finished first, then the rest is released here, on one thread,

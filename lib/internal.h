@@ -236,7 +236,8 @@ struct xseg {
     uint64_t drv_errors, alloc_calls, free_calls, retries, ooms, syncs;
     int last_drv_rc;      /* code of the last failed driver call */
     uint64_t gc_runs, trims, released, deferred;
-    uint64_t peak_alloc_ever; /* peak allocated bytes, never reset (budget) */
+    uint64_t budget_peak; /* peak allocated bytes since creation or the last trim:
+                           * the release threshold's budget (alloc.c release_limit) */
     /* reclaim worker (worker.c) */
     struct xworker *wk;   /* NULL: none (reclaim:sync, or not started) */
     xlist releasing;      /* XB_RELEASING blocks (xblock.lru) */

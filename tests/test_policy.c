@@ -212,6 +212,35 @@ START_TEST(release_thresholds)
 }
 END_TEST
 
+/* 100 MiB used and freed, then mapped_after_cross_stream's pattern: with
+ * the earlier peak as the budget its 72 MiB stay mapped; a trim between
+ * the two restarts the budget, and the second pattern releases at its own
+ * peak (40 MiB), as in a fresh allocator. */
+static size_t mapped_after_earlier_peak(int trim_between)
+{
+    xseg_t *xs = t_host(NULL);
+    void *big, *a, *b;
+    ck_assert_int_eq(xseg_alloc(xs, 100 * MiB, S1, &big), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, big), XSEG_OK);
+    if (trim_between) {
+        ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+        ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
+    }
+    ck_assert_int_eq(xseg_alloc(xs, 32 * MiB, S1, &a), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 40 * MiB, S2, &b), XSEG_OK);
+    size_t m = t_stats(xs).mapped_bytes.current;
+    xseg_destroy(xs);
+    return m;
+}
+
+START_TEST(trim_restarts_the_release_budget)
+{
+    ck_assert_uint_eq(mapped_after_earlier_peak(0), 100 * MiB); /* the 100 MiB stay cached */
+    ck_assert_uint_eq(mapped_after_earlier_peak(1), 40 * MiB);
+}
+END_TEST
+
 /* placement:start (default) carves from the start of the chosen free block,
  * so the rest stays one block; the next request follows it. */
 START_TEST(placement_start_packs_in_order)
@@ -598,6 +627,7 @@ static Suite *suite(void)
     tcase_add_test(tc, caps_hold);
     tcase_add_test(tc, gc_threshold_releases_oldest);
     tcase_add_test(tc, release_thresholds);
+    tcase_add_test(tc, trim_restarts_the_release_budget);
     tcase_add_test(tc, release_waits_for_the_gpu);
     tcase_add_test(tc, growth_moves_cached_pages);
     tcase_add_test(tc, growth_stretches_cached_block);
