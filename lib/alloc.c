@@ -765,7 +765,9 @@ static size_t release_limit(const xseg_t *xs)
     if (rt == XSEG_SIZE_UNLIMITED)
         return SIZE_MAX;
     if (rt == XSEG_SIZE_AUTO) {
-        size_t pk = xs->budget_peak > xs->arena_used ? xs->budget_peak : xs->arena_used;
+        size_t pk = xseg_budget(xs);
+        if (xs->arena_used > pk)
+            pk = xs->arena_used;
         size_t lim = round_page(xs, pk), extra = (size_t)((double)pk * xs->conf.release_slack);
         extra -= extra % xs->arena.page;
         return lim > SIZE_MAX - extra ? SIZE_MAX : lim + extra;
@@ -1085,7 +1087,7 @@ size_t xseg_premap_budget(const xseg_t *xs)
     if (c == XSEG_PREMAP_OFF || !xs->conf.caching)
         return 0;
     if (c == XSEG_SIZE_AUTO) {
-        c = xs->budget_peak / 128;
+        c = xseg_budget(xs) / 128;
         size_t grown = xs->arena_used > xs->streak_base ? xs->arena_used - xs->streak_base : 0;
         if (xs->streak >= XSEG_PREMAP_WHOLE && grown / XSEG_PREMAP_STREAK_DIV > c)
             c = grown / XSEG_PREMAP_STREAK_DIV;

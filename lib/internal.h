@@ -586,6 +586,17 @@ static inline void xcnt_sub(xcnt *c, uint64_t v) { c->cur -= v; }
 
 /* ---- the family's mapped bytes and cap (an allocator and its tags') ---- */
 static inline xseg_t *xfam(xseg_t *xs) { return xs->parent ? xs->parent : xs; }
+
+/* The live bytes release_threshold:auto counts on (alloc.c release_limit;
+ * premap and the worker's bound scale with it): the peak allocated since
+ * creation or the last trim, or the program's expected_peak when that is
+ * higher (the default tag's allocator only: the hint is for the program,
+ * and a tag's allocator keeps its own peak). */
+static inline size_t xseg_budget(const xseg_t *xs)
+{
+    size_t hint = xs->parent ? 0 : xs->conf.expected_peak;
+    return xs->budget_peak > hint ? (size_t)xs->budget_peak : hint;
+}
 static inline void xmapped_add(xseg_t *xs, size_t bytes)
 {
     xcnt_add(&xs->mapped, bytes);

@@ -296,7 +296,7 @@ int xworker_takes(const xseg_t *xs)
         return 0; /* (a forked child's entry points refuse before this) */
     size_t bound = xs->conf.reclaim_inflight;
     if (bound == XSEG_SIZE_AUTO) {
-        bound = xs->budget_peak / 128;
+        bound = xseg_budget(xs) / 128;
         if (bound < ((size_t)64 << 20))
             bound = (size_t)64 << 20;
     }

@@ -304,6 +304,17 @@ START_TEST(test_release_slack)
 }
 END_TEST
 
+START_TEST(test_expected_peak)
+{
+    ck_assert_uint_eq(parse_ok("").expected_peak, 0);
+    ck_assert_uint_eq(parse_ok("expected_peak:40GB").expected_peak, 40 * GIB);
+    ck_assert_uint_eq(parse_ok("expected_peak:40GB,expected_peak:none").expected_peak, 0);
+    ck_assert_uint_eq(parse_ok("expected_peak:0").expected_peak, 0);
+    parse_bad("expected_peak:lots", "expected_peak", "lots");
+    parse_bad("expected_peak:-1GB", "expected_peak", "-1GB");
+}
+END_TEST
+
 START_TEST(test_placement)
 {
     ck_assert_int_eq(parse_ok("placement:pages").placement, XSEG_PLACE_PAGES);
@@ -621,6 +632,7 @@ static Suite *conf_suite(void)
     tcase_add_test(keys, test_gc_threshold);
     tcase_add_test(keys, test_release_threshold);
     tcase_add_test(keys, test_release_slack);
+    tcase_add_test(keys, test_expected_peak);
     tcase_add_test(keys, test_placement);
     tcase_add_test(keys, test_alloc_retries);
     tcase_add_test(keys, test_max_split_size);

@@ -241,6 +241,36 @@ START_TEST(trim_restarts_the_release_budget)
 }
 END_TEST
 
+/* expected_peak: release_threshold:auto counts on it from the start, and
+ * again after a trim; a tag's allocator does not (the hint is for the
+ * program as a whole). */
+START_TEST(expected_peak_is_the_budget_from_the_start)
+{
+    ck_assert_uint_eq(mapped_after_cross_stream("expected_peak:100MB"), 72 * MiB);
+    ck_assert_uint_eq(mapped_after_cross_stream("expected_peak:64MB"), 64 * MiB);
+    ck_assert_uint_eq(mapped_after_cross_stream("expected_peak:8MB"), 40 * MiB); /* below: as auto */
+    xseg_t *xs = t_host("expected_peak:100MB");
+    void *a, *b;
+    ck_assert_int_eq(xseg_alloc(xs, 80 * MiB, S1, &a), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 32 * MiB, S1, &a), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 40 * MiB, S2, &b), XSEG_OK);
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 72 * MiB); /* the hint outlives the trim */
+    ck_assert_int_eq(xseg_free(xs, b), XSEG_OK);
+    int tag;
+    ck_assert_int_eq(xseg_tag_id("expected_peak_test", &tag), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc_tagged(xs, 32 * MiB, S1, tag, &a), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc_tagged(xs, 40 * MiB, S2, tag, &b), XSEG_OK);
+    xseg_tag_stats ts = {.size = sizeof ts};
+    ck_assert_int_eq(xseg_tag_stats_get(xs, tag, &ts), XSEG_OK);
+    ck_assert_uint_eq(ts.mapped_bytes.current, 40 * MiB); /* the tag releases at its own peak */
+    xseg_destroy(xs);
+}
+END_TEST
+
 /* placement:start (default) carves from the start of the chosen free block,
  * so the rest stays one block; the next request follows it. */
 START_TEST(placement_start_packs_in_order)
@@ -628,6 +658,7 @@ static Suite *suite(void)
     tcase_add_test(tc, gc_threshold_releases_oldest);
     tcase_add_test(tc, release_thresholds);
     tcase_add_test(tc, trim_restarts_the_release_budget);
+    tcase_add_test(tc, expected_peak_is_the_budget_from_the_start);
     tcase_add_test(tc, release_waits_for_the_gpu);
     tcase_add_test(tc, growth_moves_cached_pages);
     tcase_add_test(tc, growth_stretches_cached_block);
