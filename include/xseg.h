@@ -199,6 +199,12 @@ XSEG_API xseg_status xseg_trim_start(xseg_t *xs, size_t keep, size_t *queued);
 
 XSEG_API xseg_status xseg_get_stats(xseg_t *xs, xseg_stats *out);
 XSEG_API xseg_status xseg_reset_peak(xseg_t *xs);
+/* The conf key expected_peak at run time: release_threshold:auto counts on
+ * at least `bytes` live bytes from now on (0: no hint), for a program that
+ * learns its peak as it runs (a server's profile pass, a training job's
+ * first step; then xseg_trim so that the layout starts again with it).
+ * Applies to the allocator's default tag (docs/config.md, expected_peak). */
+XSEG_API xseg_status xseg_set_expected_peak(xseg_t *xs, size_t bytes);
 /* Where a driver call was made from: the thread of an entry point (the
  * caller, who waits for it) or the allocator's worker thread. */
 typedef enum xseg_side { XSEG_SIDE_CALLER = 0, XSEG_SIDE_WORKER = 1 } xseg_side;

@@ -499,6 +499,16 @@ xseg_status xseg_reset_peak(xseg_t *xs)
     return XSEG_OK;
 }
 
+xseg_status xseg_set_expected_peak(xseg_t *xs, size_t bytes)
+{
+    CHECK_XS(xs);
+    xseg_t *root = xfam(xs); /* the hint is the default tag's (xseg_budget) */
+    xlock_lock(&root->lock);
+    root->conf.expected_peak = bytes;
+    xlock_unlock(&root->lock);
+    return XSEG_OK;
+}
+
 xseg_status xseg_stats_json(xseg_t *xs, char *buf, size_t cap, size_t *len)
 {
     CHECK_XS(xs);

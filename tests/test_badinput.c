@@ -148,6 +148,7 @@ START_TEST(null_arguments)
     ck_assert_int_eq(xseg_stats_json(f.xs, NULL, 0, &need), XSEG_ERR_BUFFER_TOO_SMALL);
     ck_assert_uint_gt(need, 0);
     ck_assert_int_eq(xseg_reset_peak(NULL), XSEG_ERR_INVALID_ARG);
+    ck_assert_int_eq(xseg_set_expected_peak(NULL, 1), XSEG_ERR_INVALID_ARG);
     ck_assert_int_eq(xseg_destroy(NULL), XSEG_ERR_INVALID_ARG);
     ck_assert_int_eq(xseg_default(0, NULL), XSEG_ERR_INVALID_ARG);
     ck_assert_str_eq(xseg_backend_name(NULL), "none");

@@ -271,6 +271,35 @@ START_TEST(expected_peak_is_the_budget_from_the_start)
 }
 END_TEST
 
+/* xseg_set_expected_peak: the key at run time, then cleared with 0. */
+static size_t mapped_after_hint_at_run_time(size_t hint)
+{
+    xseg_t *xs = t_host(NULL);
+    void *a, *b;
+    ck_assert_int_eq(xseg_set_expected_peak(xs, hint), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 32 * MiB, S1, &a), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 40 * MiB, S2, &b), XSEG_OK);
+    size_t m = t_stats(xs).mapped_bytes.current;
+    xseg_destroy(xs);
+    return m;
+}
+
+START_TEST(expected_peak_set_at_run_time)
+{
+    ck_assert_uint_eq(mapped_after_hint_at_run_time(100 * MiB), 72 * MiB);
+    ck_assert_uint_eq(mapped_after_hint_at_run_time(0), 40 * MiB);
+    xseg_t *xs = t_host("expected_peak:100MB");
+    ck_assert_int_eq(xseg_set_expected_peak(xs, 0), XSEG_OK); /* the conf's hint goes */
+    void *a, *b;
+    ck_assert_int_eq(xseg_alloc(xs, 32 * MiB, S1, &a), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc(xs, 40 * MiB, S2, &b), XSEG_OK);
+    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 40 * MiB);
+    xseg_destroy(xs);
+}
+END_TEST
+
 /* placement:start (default) carves from the start of the chosen free block,
  * so the rest stays one block; the next request follows it. */
 START_TEST(placement_start_packs_in_order)
@@ -659,6 +688,7 @@ static Suite *suite(void)
     tcase_add_test(tc, release_thresholds);
     tcase_add_test(tc, trim_restarts_the_release_budget);
     tcase_add_test(tc, expected_peak_is_the_budget_from_the_start);
+    tcase_add_test(tc, expected_peak_set_at_run_time);
     tcase_add_test(tc, release_waits_for_the_gpu);
     tcase_add_test(tc, growth_moves_cached_pages);
     tcase_add_test(tc, growth_stretches_cached_block);

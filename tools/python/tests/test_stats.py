@@ -107,6 +107,28 @@ class StatsTest(unittest.TestCase):
         self.assertEqual(xseg.trim(0), 8 << 20)
         self.assertEqual(xseg.trim(0), 0)
 
+    def test_expected_peak_keeps_the_cache_up_to_it(self):
+        # mapped_after_cross_stream of tests/test_policy.c through the
+        # process-wide allocator: 32 MiB freed on one stream, then 40 MiB on
+        # another; with the hint the 32 MiB stay cached, without they move.
+        def mapped_after(hint):
+            xseg.trim(0)
+            xseg.reset_peak_stats(0)
+            xseg.set_expected_peak(hint, 0)
+            self.free(self.alloc([32 << 20], stream=1))
+            (b,) = self.alloc([40 << 20], stream=2)
+            got = xseg.memory_stats(0)["reserved_bytes.all.current"]
+            self.free([b])
+            return got
+        try:
+            self.assertEqual(mapped_after(1 << 30), 72 << 20)
+            self.assertEqual(mapped_after(0), 40 << 20)
+        finally:
+            xseg.set_expected_peak(0, 0)
+            xseg.trim(0)
+        with self.assertRaises(ValueError):
+            xseg.set_expected_peak(-1, 0)
+
     def test_record_stream_counts_a_deferred_free(self):
         (p,) = self.alloc([1 << 20], stream=1)
         a = xseg.memory_stats(0)

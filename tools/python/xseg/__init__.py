@@ -6,6 +6,7 @@ Pure Python over libxseg.so (ctypes).  The public functions:
     memory_stats(device)    torch.cuda.memory_stats()-style dict (+ "xseg.*")
     empty_cache()           give cached memory back to the driver
     trim(device, keep, wait)   the same for one device; wait=False returns at once
+    set_expected_peak(nbytes, device)   the peak the release budget counts on
     summary(device)         readable table, like torch.cuda.memory_summary()
     stats_json(device)      the library's JSON statistics
     prometheus(device)      Prometheus text exposition, for a /metrics page
@@ -24,8 +25,8 @@ from ._lib import XsegError, last_error
 from ._lib import path as library_path
 from ._lib import version as library_version
 from ._stats import (backend, empty_cache, graph_pools, history_json, memory_stats,
-                     prometheus, raw_stats, reset_peak_stats, snapshot_json, stats_dict,
-                     stats_json, trim)
+                     prometheus, raw_stats, reset_peak_stats, set_expected_peak, snapshot_json,
+                     stats_dict, stats_json, trim)
 from ._sleep import current_tag, sleep, tag, tag_stats, wake_up
 from ._summary import summary
 from .cupy import cupy_allocator
@@ -45,6 +46,7 @@ __all__ = [
     "graph_pools",
     "has_graph_hooks", "history_json", "hooks", "install", "installed", "last_error",
     "library_path", "memory_stats", "prometheus", "raw_stats", "reset_peak_stats", "set_conf",
+    "set_expected_peak",
     "sleep", "snapshot_json", "stats_dict", "stats_json", "trim", "summary", "tag", "tag_stats",
     "version", "wake_up",
 ]

@@ -32,6 +32,7 @@ _PROTOTYPES = {
     "xseg_backend_name": (c_char_p, [c_void_p]),
     "xseg_get_stats": (c_int, [c_void_p, ctypes.POINTER(XsegStats)]),
     "xseg_reset_peak": (c_int, [c_void_p]),
+    "xseg_set_expected_peak": (c_int, [c_void_p, c_size_t]),
     "xseg_trim": (c_int, [c_void_p, c_size_t, ctypes.POINTER(c_size_t)]),
     "xseg_trim_start": (c_int, [c_void_p, c_size_t, ctypes.POINTER(c_size_t)]),
     "xseg_stats_json": (c_int, [c_void_p, c_void_p, c_size_t, ctypes.POINTER(c_size_t)]),

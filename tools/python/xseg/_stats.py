@@ -164,6 +164,19 @@ def reset_peak_stats(device=None):
     _lib.check(_lib.load().xseg_reset_peak(allocator(device)), "xseg_reset_peak")
 
 
+def set_expected_peak(nbytes, device=None):
+    """xseg_set_expected_peak(): release_threshold:auto counts on at least
+    `nbytes` live bytes from now on (0: no hint; docs/config.md,
+    expected_peak).  For a program that measures its peak as it runs, for
+    example torch.cuda.max_memory_allocated() after a profile pass, then
+    empty_cache() so that the layout starts again with the peak known."""
+    nbytes = int(nbytes)
+    if nbytes < 0:
+        raise ValueError(f"xseg.set_expected_peak: {nbytes} bytes: a peak is >= 0")
+    _lib.check(_lib.load().xseg_set_expected_peak(allocator(device), nbytes),
+               "xseg_set_expected_peak")
+
+
 def trim(device=None, keep=0, wait=True):
     """Give the cached memory of one device's allocator back beyond `keep`
     bytes and return the bytes: released (wait=True, xseg_trim), or handed
