@@ -186,15 +186,30 @@ START_TEST(gc_threshold_releases_oldest)
 END_TEST
 
 /* 32 MiB cached for S1, then 40 MiB on S2: too large to adopt S1's block,
- * so 40 MiB are mapped and the threshold decides what stays cached. */
+ * so 40 MiB are mapped and the threshold decides what stays cached.  Both
+ * in `tag` (-1: untagged); returns the mapped bytes of the allocator that
+ * served them (the 40 MiB block stays live). */
+static size_t cross_stream(xseg_t *xs, int tag)
+{
+    void *a, *b;
+    if (tag < 0) {
+        ck_assert_int_eq(xseg_alloc(xs, 32 * MiB, S1, &a), XSEG_OK);
+        ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
+        ck_assert_int_eq(xseg_alloc(xs, 40 * MiB, S2, &b), XSEG_OK);
+        return t_stats(xs).mapped_bytes.current;
+    }
+    ck_assert_int_eq(xseg_alloc_tagged(xs, 32 * MiB, S1, tag, &a), XSEG_OK);
+    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
+    ck_assert_int_eq(xseg_alloc_tagged(xs, 40 * MiB, S2, tag, &b), XSEG_OK);
+    xseg_tag_stats ts = {.size = sizeof ts};
+    ck_assert_int_eq(xseg_tag_stats_get(xs, tag, &ts), XSEG_OK);
+    return ts.mapped_bytes.current;
+}
+
 static size_t mapped_after_cross_stream(const char *conf)
 {
     xseg_t *xs = t_host(conf);
-    void *a, *b;
-    ck_assert_int_eq(xseg_alloc(xs, 32 * MiB, S1, &a), XSEG_OK);
-    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
-    ck_assert_int_eq(xseg_alloc(xs, 40 * MiB, S2, &b), XSEG_OK);
-    size_t m = t_stats(xs).mapped_bytes.current;
+    size_t m = cross_stream(xs, -1);
     xseg_destroy(xs);
     return m;
 }
@@ -212,24 +227,21 @@ START_TEST(release_thresholds)
 }
 END_TEST
 
-/* 100 MiB used and freed, then mapped_after_cross_stream's pattern: with
- * the earlier peak as the budget its 72 MiB stay mapped; a trim between
- * the two restarts the budget, and the second pattern releases at its own
- * peak (40 MiB), as in a fresh allocator. */
+/* 100 MiB used and freed, then cross_stream's pattern: with the earlier
+ * peak as the budget its 72 MiB stay mapped; a trim between the two
+ * restarts the budget, and the second pattern releases at its own peak
+ * (40 MiB), as in a fresh allocator. */
 static size_t mapped_after_earlier_peak(int trim_between)
 {
     xseg_t *xs = t_host(NULL);
-    void *big, *a, *b;
+    void *big;
     ck_assert_int_eq(xseg_alloc(xs, 100 * MiB, S1, &big), XSEG_OK);
     ck_assert_int_eq(xseg_free(xs, big), XSEG_OK);
     if (trim_between) {
         ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
         ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
     }
-    ck_assert_int_eq(xseg_alloc(xs, 32 * MiB, S1, &a), XSEG_OK);
-    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
-    ck_assert_int_eq(xseg_alloc(xs, 40 * MiB, S2, &b), XSEG_OK);
-    size_t m = t_stats(xs).mapped_bytes.current;
+    size_t m = cross_stream(xs, -1);
     xseg_destroy(xs);
     return m;
 }
@@ -250,53 +262,34 @@ START_TEST(expected_peak_is_the_budget_from_the_start)
     ck_assert_uint_eq(mapped_after_cross_stream("expected_peak:64MB"), 64 * MiB);
     ck_assert_uint_eq(mapped_after_cross_stream("expected_peak:8MB"), 40 * MiB); /* below: as auto */
     xseg_t *xs = t_host("expected_peak:100MB");
-    void *a, *b;
+    void *a;
     ck_assert_int_eq(xseg_alloc(xs, 80 * MiB, S1, &a), XSEG_OK);
     ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
     ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
-    ck_assert_int_eq(xseg_alloc(xs, 32 * MiB, S1, &a), XSEG_OK);
-    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
-    ck_assert_int_eq(xseg_alloc(xs, 40 * MiB, S2, &b), XSEG_OK);
-    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 72 * MiB); /* the hint outlives the trim */
-    ck_assert_int_eq(xseg_free(xs, b), XSEG_OK);
+    ck_assert_uint_eq(cross_stream(xs, -1), 72 * MiB); /* the hint outlives the trim */
     int tag;
     ck_assert_int_eq(xseg_tag_id("expected_peak_test", &tag), XSEG_OK);
-    ck_assert_int_eq(xseg_alloc_tagged(xs, 32 * MiB, S1, tag, &a), XSEG_OK);
-    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
-    ck_assert_int_eq(xseg_alloc_tagged(xs, 40 * MiB, S2, tag, &b), XSEG_OK);
-    xseg_tag_stats ts = {.size = sizeof ts};
-    ck_assert_int_eq(xseg_tag_stats_get(xs, tag, &ts), XSEG_OK);
-    ck_assert_uint_eq(ts.mapped_bytes.current, 40 * MiB); /* the tag releases at its own peak */
+    ck_assert_uint_eq(cross_stream(xs, tag), 40 * MiB); /* the tag releases at its own peak */
     xseg_destroy(xs);
 }
 END_TEST
 
-/* xseg_set_expected_peak: the key at run time, then cleared with 0. */
-static size_t mapped_after_hint_at_run_time(size_t hint)
+/* xseg_set_expected_peak: the key at run time, and 0 clears it (the
+ * conf's too). */
+static size_t mapped_after_hint_at_run_time(const char *conf, size_t hint)
 {
-    xseg_t *xs = t_host(NULL);
-    void *a, *b;
+    xseg_t *xs = t_host(conf);
     ck_assert_int_eq(xseg_set_expected_peak(xs, hint), XSEG_OK);
-    ck_assert_int_eq(xseg_alloc(xs, 32 * MiB, S1, &a), XSEG_OK);
-    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
-    ck_assert_int_eq(xseg_alloc(xs, 40 * MiB, S2, &b), XSEG_OK);
-    size_t m = t_stats(xs).mapped_bytes.current;
+    size_t m = cross_stream(xs, -1);
     xseg_destroy(xs);
     return m;
 }
 
 START_TEST(expected_peak_set_at_run_time)
 {
-    ck_assert_uint_eq(mapped_after_hint_at_run_time(100 * MiB), 72 * MiB);
-    ck_assert_uint_eq(mapped_after_hint_at_run_time(0), 40 * MiB);
-    xseg_t *xs = t_host("expected_peak:100MB");
-    ck_assert_int_eq(xseg_set_expected_peak(xs, 0), XSEG_OK); /* the conf's hint goes */
-    void *a, *b;
-    ck_assert_int_eq(xseg_alloc(xs, 32 * MiB, S1, &a), XSEG_OK);
-    ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
-    ck_assert_int_eq(xseg_alloc(xs, 40 * MiB, S2, &b), XSEG_OK);
-    ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 40 * MiB);
-    xseg_destroy(xs);
+    ck_assert_uint_eq(mapped_after_hint_at_run_time(NULL, 100 * MiB), 72 * MiB);
+    ck_assert_uint_eq(mapped_after_hint_at_run_time(NULL, 0), 40 * MiB);
+    ck_assert_uint_eq(mapped_after_hint_at_run_time("expected_peak:100MB", 0), 40 * MiB);
 }
 END_TEST
 
