@@ -21,6 +21,9 @@ usage: corpus_rounds.py run --bench BENCH --out OUT [--rounds N]
                             [--conf CONF ...] [--no-torch] [--budget S]
                             [--deadline S] TRACE...
        corpus_rounds.py table OUT
+A conf may name `expected_peak:trace`: each replay then gets expected_peak
+set to that trace's own peak of live bytes (docs/performance.md, "Knowing
+the peak"), e.g. --conf backend:cuda,expected_peak:trace.
 Processes on these machines vary 10-30%: take >= 5 rounds before a claim.
 """
 import argparse
@@ -34,6 +37,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import corpus_tools  # noqa: E402 (tools/gpu/corpus_tools.py: the trace reader)
 import report  # noqa: E402 (tools/gpu/report.py: the one measure)
 
 TORCH = "native"  # the conf name of the PyTorch native rows
@@ -47,13 +51,31 @@ def trace_name(path):
     return base
 
 
+PEAK_WORD = "expected_peak:trace"  # in a conf: the trace's own peak of live bytes
+_peaks = {}
+
+
+def conf_for(mode, trace):
+    """The conf a replay of trace gets: PEAK_WORD becomes expected_peak with
+    the trace's peak of live bytes (docs/config.md, expected_peak: a program
+    that states its peak), read from the trace once."""
+    if PEAK_WORD not in mode:
+        return mode
+    if trace not in _peaks:
+        _peaks[trace] = corpus_tools.trace_facts(corpus_tools.read_trace(trace))["peak_live_bytes"]
+    return mode.replace(PEAK_WORD, "expected_peak:%d" % _peaks[trace])
+
+
 def replay(bench, mode, trace, budget, timeout):
     """One replay in its own process: bench's JSON object, or one naming the error."""
     alloc = "torch" if mode == TORCH else "xseg"
     env = dict(os.environ)
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     if alloc == "xseg":
-        env["XSEG_BENCH_CONF"] = mode
+        try:
+            env["XSEG_BENCH_CONF"] = conf_for(mode, trace)
+        except (OSError, ValueError) as e:
+            return {"error": f"cannot read the peak of {trace}: {e}"}
     cmd = [bench, "--alloc", alloc, "--test", "replay", "--trace", trace, "--budget", str(budget)]
     try:
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -150,7 +172,8 @@ def main(argv=None):
     r.add_argument("--out", required=True, help="JSON lines, appended to")
     r.add_argument("--rounds", type=int, default=5)
     r.add_argument("--conf", action="append", default=None,
-                   help="an xseg conf (repeatable; default backend:cuda)")
+                   help="an xseg conf (repeatable; default backend:cuda); in it, "
+                        f"{PEAK_WORD} becomes expected_peak:<the trace's peak of live bytes>")
     r.add_argument("--no-torch", action="store_true", help="leave PyTorch native out")
     r.add_argument("--budget", type=int, default=30, help="bench's --budget per replay (s)")
     r.add_argument("--deadline", type=float, default=0,

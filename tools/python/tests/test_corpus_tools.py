@@ -547,6 +547,11 @@ name = os.path.basename(a["--trace"])
 if name.startswith("fail"):
     sys.exit("bench: cannot read " + name)
 conf = os.environ.get("XSEG_BENCH_CONF", "") if a["--alloc"] == "xseg" else "torch"
+if "expected_peak:" in conf:  # corpus_rounds put the trace's peak there: echo it
+    print(json.dumps({"alloc": "xseg", "test": "replay", "replay_s": 0.3,
+                      "peak_live_bytes": 1000, "own_peak_bytes": 1005, "peak_device_bytes": 1005,
+                      "ratio": 1.005, "conf_seen": conf}))
+    sys.exit(0)
 slow = {"torch": 0.1, "backend:cuda": 0.4, "backend:cuda,x:1": 0.2}[conf]
 ratio = {"torch": 1.5, "backend:cuda": 1.008, "backend:cuda,x:1": 1.02}[conf]
 if name.startswith("b") and conf != "torch":
@@ -610,6 +615,21 @@ class CorpusRounds(unittest.TestCase):
         self.assertIn("| c | 1.5000, 0.100 (0.100-0.100) n=1 | 1.0080, 0.400 (0.400-0.400) "
                       "n=1 |", p.stdout)
         self.assertIn("ratio <= 1.01 on 1 of 1 traces", p.stdout)
+
+    def test_expected_peak_of_each_trace(self):
+        trace = self.dir / "d.csv.gz"
+        ct.write_trace(str(trace), [], ["a,1,100,0", "a,2,300,0", "f,1", "a,3,50,0",
+                                                  "f,2", "f,3"])
+        p = self.run_rounds("d.csv.gz", confs=("backend:cuda,expected_peak:trace",), rounds=1)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        rows = [json.loads(l) for l in self.out.read_text().splitlines()]
+        xs = [r for r in rows if r["conf"] != "native"]
+        self.assertEqual(len(xs), 1)
+        self.assertEqual(xs[0]["conf"], "backend:cuda,expected_peak:trace")  # the table's name
+        self.assertEqual(xs[0]["conf_seen"], "backend:cuda,expected_peak:400")  # the trace's peak
+        p = self.run_rounds("nothere.csv.gz", confs=("backend:cuda,expected_peak:trace",),
+                            rounds=1)
+        self.assertIn("cannot read the peak of", self.out.read_text())
 
     def test_failed_replay_is_reported(self):
         p = self.run_rounds("a.csv.gz", "fail.csv.gz", confs=("backend:cuda",), rounds=1)
