@@ -11,9 +11,10 @@
  * reserved peak, the pool's reserved high watermark) is read right after
  * the timed pass, before anything is freed: each process starts fresh, so
  * that is the timed pass's peak.  The sampled pass is no substitute for
- * it: xseg's second pass starts knowing the trace's peak (release_threshold
- * auto) and holds less (docs/benchmarks.md, "How the memory is measured");
- * report.py takes the larger of the two. */
+ * it: until xseg_trim restarted release_threshold:auto's budget, xseg's
+ * second pass started knowing the trace's peak and held less (since then
+ * the two passes are the same workload; docs/benchmarks.md, "How the
+ * memory is measured"); report.py takes the larger of the two. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -14,8 +14,9 @@ is report.py's one measure (report.honest): the larger of the
 allocator's own peak of physical memory in the timed pass
 (own_peak_bytes) and the cuMemGetInfo drop sampled in bench's second pass
 (its "ratio" field), over peak live.  Up to 2026-12-07 this table showed
-the sampled drop alone, which for xseg is the lower of the two (its second
-pass starts knowing the trace's peak).
+the sampled drop alone, which for xseg was the lower of the two (its second
+pass started knowing the trace's peak, until xseg_trim restarted the
+release budget in the twenty-fifth session).
 
 usage: corpus_rounds.py run --bench BENCH --out OUT [--rounds N]
                             [--conf CONF ...] [--no-torch] [--budget S]
