@@ -137,6 +137,10 @@ typedef struct xseg_stats {
      * so in none of the figures above (mapped_bytes is the arena's): */
     xseg_counter dedicated_bytes; /* dedicated blocks, whole granules (the cap counts them) */
     xseg_counter imported_bytes;  /* blocks imported from other processes (not charged) */
+    /* release_threshold:auto (docs/config.md): the live bytes it counts on,
+     * the peak allocated since creation or the last trim, or expected_peak
+     * when that is higher (summed over the family's tags): */
+    uint64_t release_budget;
 } xseg_stats;
 
 /* Static information. */

@@ -255,11 +255,12 @@ static void put_all(xseg_t *xs, xseg_shm_record *r, uint64_t updates)
 
 /* Changes whenever a field that put_hot does not store may have changed (a
  * sum of loads: cheaper than the stores it saves on the common path without
- * driver calls).  Peaks are in it for xseg_reset_peak. */
+ * driver calls).  Peaks are in it for xseg_reset_peak, the release budget
+ * for a new peak of live bytes served from the cache. */
 static uint64_t cold_signature(const xseg_t *xs)
 {
     uint64_t sig = xs->trims + xs->retries + xs->gc_runs + xs->cap + xs->handles.peak +
-                   xs->segments.peak + xs->va.peak;
+                   xs->segments.peak + xs->va.peak + xseg_budget(xs);
     for (unsigned i = 0; i < XSEG_OP_COUNT; i++)
         sig += xs->drv_calls[i];
     return sig;

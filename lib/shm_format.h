@@ -115,6 +115,8 @@ enum xseg_shm_field {
     XSF_DRV_NS_WORKER,
     XSF_WORKER_JOBS,
     XSF_WORKER_BYTES,
+    XSF_RELEASE_BUDGET, /* release_threshold:auto's budget (appended: readers of
+                           version 5 that know fewer fields still read it) */
     XSF_COUNT
 };
 

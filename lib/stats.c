@@ -76,6 +76,7 @@ void xseg_fill_stats(xseg_t *xs, xseg_stats *st)
     s.driver_ns_caller = xdrv_ns(xs, XDRV_SIDE_CALLER, XSEG_OP_COUNT);
     s.driver_ns_worker = xdrv_ns(xs, XDRV_SIDE_WORKER, XSEG_OP_COUNT);
     s.worker_bytes = xs->releasing_bytes + xs->wk_unmapping;
+    s.release_budget = xseg_budget(xs);
     size_t n = st->size < sizeof s ? st->size : sizeof s;
     memcpy(st, &s, n);
     st->size = (uint32_t)n;

@@ -149,7 +149,10 @@ X(COUNTER, dedicated_bytes, "dedicated_bytes", share, 0, -1, \
     "Bytes handed out as dedicated blocks (whole granules).")) \
 X(COUNTER, imported_bytes, "imported_bytes", share, 0, -1, \
   P(41, imported_bytes.current, one, gauge, "xseg_imported_bytes", \
-    "Bytes of blocks imported from other processes and mapped here (their exporters' memory)."))
+    "Bytes of blocks imported from other processes and mapped here (their exporters' memory).")) \
+X(GAUGE, release_budget, "release_budget", calc, 0, XSF_RELEASE_BUDGET, \
+  P(42, release_budget, one, gauge, "xseg_release_budget_bytes", \
+    "Live bytes release_threshold:auto counts on: the peak allocated since creation or the last trim, or expected_peak when higher."))
 /* clang-format on */
 
 /* Number of uint64_t words of a kind (0: a header word, not copied). */

@@ -237,11 +237,14 @@ static size_t mapped_after_earlier_peak(int trim_between)
     void *big;
     ck_assert_int_eq(xseg_alloc(xs, 100 * MiB, S1, &big), XSEG_OK);
     ck_assert_int_eq(xseg_free(xs, big), XSEG_OK);
+    ck_assert_uint_eq(t_stats(xs).release_budget, 100 * MiB);
     if (trim_between) {
         ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
         ck_assert_uint_eq(t_stats(xs).mapped_bytes.current, 0);
+        ck_assert_uint_eq(t_stats(xs).release_budget, 0); /* nothing allocated, nothing kept */
     }
     size_t m = cross_stream(xs, -1);
+    ck_assert_uint_eq(t_stats(xs).release_budget, trim_between ? 40 * MiB : 100 * MiB);
     xseg_destroy(xs);
     return m;
 }
@@ -266,7 +269,8 @@ START_TEST(expected_peak_is_the_budget_from_the_start)
     ck_assert_int_eq(xseg_alloc(xs, 80 * MiB, S1, &a), XSEG_OK);
     ck_assert_int_eq(xseg_free(xs, a), XSEG_OK);
     ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
-    ck_assert_uint_eq(cross_stream(xs, -1), 72 * MiB); /* the hint outlives the trim */
+    ck_assert_uint_eq(t_stats(xs).release_budget, 100 * MiB); /* the hint outlives the trim */
+    ck_assert_uint_eq(cross_stream(xs, -1), 72 * MiB);
     int tag;
     ck_assert_int_eq(xseg_tag_id("expected_peak_test", &tag), XSEG_OK);
     ck_assert_uint_eq(cross_stream(xs, tag), 40 * MiB); /* the tag releases at its own peak */

@@ -32,19 +32,24 @@ ARENA_COUNTERS = ("allocated_bytes", "requested_bytes", "active_blocks", "reserv
 SHARE_COUNTERS = ("dedicated_bytes", "imported_bytes")
 COUNTERS = ARENA_COUNTERS + SHARE_COUNTERS
 
-SCALARS = ("driver_errors", "alloc_calls", "free_calls", "alloc_retries", "ooms", "syncs",
-           "gc_runs", "trims", "released_bytes", "deferred_frees", "largest_free_block",
-           "mapped_cap", "device_total", "page_size", "moved_bytes", "unmapping_bytes",
-           "driver_calls_worker", "driver_ns_caller", "driver_ns_worker", "worker_jobs",
-           "worker_bytes")
+HEAD_SCALARS = ("driver_errors", "alloc_calls", "free_calls", "alloc_retries", "ooms",
+                "syncs", "gc_runs", "trims", "released_bytes", "deferred_frees",
+                "largest_free_block",
+                "mapped_cap", "device_total", "page_size", "moved_bytes", "unmapping_bytes",
+                "driver_calls_worker", "driver_ns_caller", "driver_ns_worker", "worker_jobs",
+                "worker_bytes")
+# After the share counters: the release budget (docs/config.md, expected_peak).
+TAIL_SCALARS = ("release_budget",)
+SCALARS = HEAD_SCALARS + TAIL_SCALARS  # every uint64_t field, in the struct's order
 
 
 class XsegStats(ctypes.Structure):
     _fields_ = ([("size", u32), ("version", u32), ("device", i32), ("reserved0", u32)]
                 + [(name, XsegCounter) for name in ARENA_COUNTERS]
                 + [("driver_calls", u64 * len(OPS))]
-                + [(name, u64) for name in SCALARS]
-                + [(name, XsegCounter) for name in SHARE_COUNTERS])
+                + [(name, u64) for name in HEAD_SCALARS]
+                + [(name, XsegCounter) for name in SHARE_COUNTERS]
+                + [(name, u64) for name in TAIL_SCALARS])
 
 
 def new_stats():
