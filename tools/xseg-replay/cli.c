@@ -34,6 +34,10 @@ static const char usage_text[] =
 "                     highest, with the live bytes then (the first replay of\n"
 "                     each trace; a stats read after every allocation, which\n"
 "                     the time includes); tools/peak-report reads it\n"
+"      --expected-peak\n"
+"                     give each allocator its trace's peak of live bytes as\n"
+"                     expected_peak (xseg_set_expected_peak), as a program\n"
+"                     that knows its peak would (docs/config.md)\n"
 "  -j, --json         print one JSON object per trace, one per line\n"
 "      --json-array   print one JSON array holding those objects\n"
 "  -h, --help         print this text and exit\n"
@@ -93,7 +97,7 @@ static int parse_int(const char *s, int min, int *out)
     return 0;
 }
 
-enum { OPT_VERIFY = 256, OPT_JSON_ARRAY, OPT_PEAK_SNAPSHOT };
+enum { OPT_VERIFY = 256, OPT_JSON_ARRAY, OPT_PEAK_SNAPSHOT, OPT_EXPECTED_PEAK };
 
 static const struct option long_opts[] = {
     { "conf", required_argument, NULL, 'c' },
@@ -103,6 +107,7 @@ static const struct option long_opts[] = {
     { "json", no_argument, NULL, 'j' },
     { "json-array", no_argument, NULL, OPT_JSON_ARRAY },
     { "peak-snapshot", required_argument, NULL, OPT_PEAK_SNAPSHOT },
+    { "expected-peak", no_argument, NULL, OPT_EXPECTED_PEAK },
     { "help", no_argument, NULL, 'h' },
     { "version", no_argument, NULL, 'V' },
     { NULL, 0, NULL, 0 }
@@ -121,6 +126,7 @@ static int apply(int opt, const char *arg, replay_cli *c)
     case 'j': c->json = CLI_JSON_LINES; return CLI_RUN;
     case OPT_JSON_ARRAY: c->json = CLI_JSON_ARRAY; return CLI_RUN;
     case OPT_PEAK_SNAPSHOT: c->peak_path = arg; return CLI_RUN;
+    case OPT_EXPECTED_PEAK: c->expected_peak = 1; return CLI_RUN;
     case 'h': cli_usage(stdout); return CLI_DONE;
     case 'V': version(); return CLI_DONE;
     }

@@ -13,6 +13,7 @@ typedef struct replay_cli {
     int repeat;          /* >= 1 */
     const char *conf;    /* NULL: the XSEG_CONF environment */
     const char *peak_path; /* --peak-snapshot: NULL when not asked */
+    int expected_peak;   /* --expected-peak: each trace's peak is the allocator's hint */
     char **traces;
     int ntraces;
 } replay_cli;

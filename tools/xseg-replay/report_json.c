@@ -170,6 +170,8 @@ void report_json(FILE *f, const replay_report *rep, const replay_cli *c)
     u64(f, "device", (uint64_t)c->device);
     string_or_null(f, "conf", c->conf);
     fprintf(f, ",\"verify\":%s", c->verify ? "true" : "false");
+    if (c->expected_peak && rep->trace)
+        u64(f, "expected_peak", rep->trace->peak_live_bytes);
     if (rep->trace) {
         trace_facts(f, rep->trace, rep->load_seconds);
         measurements(f, rep);

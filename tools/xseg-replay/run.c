@@ -2,7 +2,8 @@
  * --repeat times, each through a fresh allocator, and keeps the fastest
  * result; a failure stops the repeats and is described for the report.
  * --peak-snapshot: the first replay keeps the allocator at its mapped peak
- * (peak.h) in the report, for main.c to write. */
+ * (peak.h) in the report, for main.c to write.  --expected-peak: each
+ * allocator gets the trace's peak of live bytes as its hint. */
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -76,6 +77,8 @@ static int replay_once(const replay_cli *c, replay_report *rep, xseg_replay_resu
         return rep->failed = 1, -1;
     }
     snprintf(rep->backend, sizeof rep->backend, "%s", xseg_backend_name(xs));
+    if (c->expected_peak) /* cannot fail on an allocator just made */
+        (void)xseg_set_expected_peak(xs, (size_t)rep->trace->peak_live_bytes);
     st = xseg_replay_run(xs, rep->trace, &opts, r);
     driver_time(xs, ns);
     xseg_destroy(xs);
