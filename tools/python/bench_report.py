@@ -137,6 +137,12 @@ def outputs_verdict(rows, complete):
     return (True, "") if complete else (None, "modes missing")
 
 
+def within_slack(ratio):
+    """ratio (xseg over the faster peer) meets the figure's throughput: at
+    most FIGURE_SLACK under (exactly 1% under counts as met)."""
+    return ratio >= 1.0 - FIGURE_SLACK - 1e-12
+
+
 def figure_for(row, rows):
     """The issue's figure for one xseg mode against the PyTorch modes of the
     same workload (both needed): throughput and memory, each with its
@@ -146,7 +152,7 @@ def figure_for(row, rows):
     best = max(PEERS, key=lambda p: rows[p]["throughput"])
     vs_best = row["throughput"] / rows[best]["throughput"]
     exp_peak = rows["expandable"]["peak_device_bytes"]
-    thr_ok = vs_best >= 1.0 - FIGURE_SLACK - 1e-12  # exactly 1% under counts as met
+    thr_ok = within_slack(vs_best)
     mem_ok = row["peak_device_bytes"] <= exp_peak
     return {"met": thr_ok and mem_ok, "throughput_ok": thr_ok, "memory_ok": mem_ok,
             "best_peer": best, "throughput_vs_best_peer": vs_best,
@@ -255,7 +261,7 @@ def paired(runs, mode="xseg"):
             continue
         by.setdefault(r["workload"], {}).setdefault(r["round"], {})[r["mode"]] = r
     out = {}
-    for w in [w for w in WORKLOADS if w in by] + sorted(set(by) - set(WORKLOADS)):
+    for w in in_table_order(by):
         if w == "probe":
             continue
         thr, peak, best_peers = [], [], []
@@ -271,8 +277,7 @@ def paired(runs, mode="xseg"):
         if not thr:
             continue
         lo, hi, cov = median_interval(thr)
-        line = 1.0 - FIGURE_SLACK - 1e-12
-        verdict = "met" if lo >= line else ("not met" if hi < line else "undecided")
+        verdict = "met" if within_slack(lo) else ("undecided" if within_slack(hi) else "not met")
         peaks = [x for x in peak if x is not None]
         out[w] = {"mode": mode, "rounds": len(thr), "ratios": thr,
                   "median": statistics.median(thr), "lo": lo, "hi": hi, "coverage": cov,
@@ -309,7 +314,12 @@ def paired_lines(runs):
 
 def workload_order(results):
     """The workloads of results: the known ones in WORKLOADS order, then others."""
-    present = {w for (w, _) in results}
+    return in_table_order({w for (w, _) in results})
+
+
+def in_table_order(workloads):
+    """Workload names: the known ones in WORKLOADS order, then the others sorted."""
+    present = set(workloads)
     return [w for w in WORKLOADS if w in present] + sorted(present - set(WORKLOADS))
 
 
