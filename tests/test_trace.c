@@ -610,6 +610,39 @@ START_TEST(replay_keeps_live)
 }
 END_TEST
 
+/* The second half's figures: a repeating pattern, served from the cache
+ * once the first half mapped it, makes no driver call there; growth in the
+ * second half is counted there, and only there. */
+START_TEST(replay_second_half)
+{
+    xseg_trace *t = parse_ok("a,1,8388608,0\nf,1\na,2,8388608,0\nf,2\n"
+                             "a,3,8388608,0\nf,3\na,4,8388608,0\nf,4\n");
+    xseg_replay_result *r = replay(t, NULL, 0, 1, NULL);
+    ck_assert_msg(r->status == XSEG_OK, "%s", r->error_message);
+    ck_assert_uint_eq(r->half_event, 4);
+    ck_assert_uint_ge(r->driver_calls[XSEG_OP_MAP], 1);
+    for (int op = 0; op < XSEG_OP_COUNT; op++)
+        ck_assert_msg(r->second_half_calls[op] == 0, "%s: %llu in the second half",
+                      xseg_op_name((xseg_op)op), (unsigned long long)r->second_half_calls[op]);
+    ck_assert_uint_eq(r->second_half_caller_ns, 0);
+    free(r);
+    xseg_trace_free(t);
+
+    t = parse_ok("a,1,2097152,0\nf,1\na,2,67108864,0\nf,2\n");
+    r = replay(t, NULL, 0, 1, NULL);
+    ck_assert_msg(r->status == XSEG_OK, "%s", r->error_message);
+    ck_assert_uint_eq(r->half_event, 2);
+    uint64_t c2 = r->second_half_calls[XSEG_OP_CREATE], m2 = r->second_half_calls[XSEG_OP_MAP];
+    ck_assert_uint_ge(c2, 1);
+    ck_assert_uint_ge(m2, 1);
+    ck_assert_uint_lt(c2, r->driver_calls[XSEG_OP_CREATE]); /* the first half made one too */
+    ck_assert_uint_lt(m2, r->driver_calls[XSEG_OP_MAP]);
+    ck_assert_uint_gt(r->second_half_caller_ns, 0);
+    free(r);
+    xseg_trace_free(t);
+}
+END_TEST
+
 START_TEST(replay_oom_goes_on)
 {
     xseg_trace *t = parse_ok("a,1,1048576,0\n"
@@ -692,6 +725,7 @@ int main(void)
     tcase_set_timeout(run, 120);
     tcase_add_test(run, replay_verify_host);
     tcase_add_test(run, replay_keeps_live);
+    tcase_add_test(run, replay_second_half);
     tcase_add_test(run, replay_oom_goes_on);
     tcase_add_test(run, replay_bad_args);
     tcase_add_test(run, verify_pattern);

@@ -17,6 +17,8 @@ typedef struct replay {
     void **ptrs;     /* live pointer of each slot (NULL: none / OOM) */
     void **streams;  /* stream pointer of each stream index */
     uint64_t live;   /* requested bytes live (for after_alloc) */
+    uint64_t half_calls[XSEG_OP_COUNT]; /* driver calls before the second half */
+    uint64_t half_caller_ns;            /* the caller's driver time then */
 } replay;
 
 static double now(void)
@@ -106,6 +108,25 @@ static int do_free(replay *R, size_t i, const xseg_trace_event *e)
     return 0;
 }
 
+/* The caller's driver time so far, all ops. */
+static uint64_t caller_ns(xseg_t *xs)
+{
+    uint64_t sum = 0, ns;
+    for (int op = 0; op < XSEG_OP_COUNT; op++)
+        if (xseg_driver_time(xs, XSEG_SIDE_CALLER, (xseg_op)op, &ns) == XSEG_OK)
+            sum += ns;
+    return sum;
+}
+
+/* Where the second half of the trace starts: the driver's counters then. */
+static void mark_half(replay *R)
+{
+    xseg_stats st = { .size = sizeof st };
+    if (xseg_get_stats(R->xs, &st) == XSEG_OK)
+        memcpy(R->half_calls, st.driver_calls, sizeof R->half_calls);
+    R->half_caller_ns = caller_ns(R->xs);
+}
+
 static void run_events(replay *R)
 {
     const xseg_trace *t = R->t;
@@ -113,6 +134,8 @@ static void run_events(replay *R)
     double t0 = now();
     for (i = 0; i < t->nevents; i++) {
         const xseg_trace_event *e = &t->events[i];
+        if (i == t->nevents / 2)
+            mark_half(R);
         int rc = e->op == XSEG_TRACE_ALLOC ? do_alloc(R, i, e) : do_free(R, i, e);
         if (rc != 0)
             break;
@@ -180,6 +203,12 @@ static void fill_result(replay *R)
     r->map_unmap_per_1000 =
         r->events ? (double)(r->maps + r->unmaps) * 1000.0 / (double)r->events : 0.0;
     r->events_per_s = r->seconds > 0 ? (double)r->events / r->seconds : 0.0;
+    r->half_event = R->t->nevents / 2;
+    if (r->events <= r->half_event)
+        return; /* stopped before the second half */
+    for (int op = 0; op < XSEG_OP_COUNT; op++)
+        r->second_half_calls[op] = r->driver_calls[op] - R->half_calls[op];
+    r->second_half_caller_ns = caller_ns(R->xs) - R->half_caller_ns;
 }
 
 /* On a GPU backend a stream number is used as a CUstream handle: only 0
@@ -228,7 +257,7 @@ xseg_status xseg_replay_run(xseg_t *xs, const xseg_trace *t, const xseg_replay_o
                             xseg_replay_result *r)
 {
     static const xseg_replay_opts defaults = { 0, 0, NULL, NULL };
-    replay R = { xs, t, opts ? opts : &defaults, r, NULL, NULL, 0 };
+    replay R = { xs, t, opts ? opts : &defaults, r, NULL, NULL, 0, {0}, 0 };
     if (!r)
         return XSEG_ERR_INVALID_ARG;
     memset(r, 0, sizeof *r);

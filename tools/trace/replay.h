@@ -49,6 +49,13 @@ typedef struct xseg_replay_result {
     uint64_t ooms;              /* allocations that failed with XSEG_ERR_OOM */
     uint64_t freed_at_end;      /* frees done by free_at_end */
     uint64_t verified_blocks;   /* blocks whose pattern was checked */
+    /* The second half of the trace, from event half_event (events / 2) on:
+     * the driver calls made then (all threads) and the caller's driver time
+     * then (xseg_driver_time): how far the workload's steady state is from
+     * calling no driver function once its memory is mapped. */
+    uint64_t half_event;
+    uint64_t second_half_calls[XSEG_OP_COUNT];
+    uint64_t second_half_caller_ns;
     xseg_stats stats;           /* stats after the trace events */
     /* First error: status XSEG_OK when none.  A verify mismatch reports
      * XSEG_ERR_INTERNAL with corrupted = 1. */

@@ -57,13 +57,24 @@ static void trace_facts(FILE *f, const xseg_trace *t, double load_seconds)
     num(f, "load_seconds", load_seconds);
 }
 
-static void driver_calls(FILE *f, const xseg_replay_result *r)
+static void calls_by_op(FILE *f, const char *name, const uint64_t calls[XSEG_OP_COUNT])
 {
-    key(f, "driver_calls");
+    key(f, name);
     fputc('{', f);
     for (int op = 0; op < XSEG_OP_COUNT; op++)
         fprintf(f, "%s\"%s\":%llu", op ? "," : "", xseg_op_name((xseg_op)op),
-                (unsigned long long)r->driver_calls[op]);
+                (unsigned long long)calls[op]);
+    fputc('}', f);
+}
+
+/* The second half of the trace: its first event, driver calls, caller time. */
+static void second_half(FILE *f, const xseg_replay_result *r)
+{
+    key(f, "second_half");
+    fputc('{', f);
+    fprintf(f, "\"from_event\":%llu", (unsigned long long)r->half_event);
+    calls_by_op(f, "driver_calls", r->second_half_calls);
+    u64(f, "caller_ns", r->second_half_caller_ns);
     fputc('}', f);
 }
 
@@ -103,8 +114,9 @@ static void measurements(FILE *f, const replay_report *rep)
     u64(f, "maps", r->maps);
     u64(f, "unmaps", r->unmaps);
     num(f, "map_unmap_per_1000_events", r->map_unmap_per_1000);
-    driver_calls(f, r);
+    calls_by_op(f, "driver_calls", r->driver_calls);
     driver_time(f, rep);
+    second_half(f, r);
     u64(f, "syncs", r->stats.syncs);
     u64(f, "moved_bytes", r->stats.moved_bytes);
     u64(f, "ooms", r->ooms);

@@ -32,18 +32,28 @@ void report_text_header(FILE *f, int w)
             "backend");
 }
 
-static void driver_calls(FILE *f, const xseg_replay_result *r)
+/* The ops called at least once, "op N, op N", or "none". */
+static void calls_by_op(FILE *f, const uint64_t calls[XSEG_OP_COUNT])
 {
     int any = 0;
-    fprintf(f, "  driver calls:");
     for (int op = 0; op < XSEG_OP_COUNT; op++) {
-        if (!r->driver_calls[op])
+        if (!calls[op])
             continue;
         fprintf(f, "%s %s %llu", any ? "," : "", xseg_op_name((xseg_op)op),
-                (unsigned long long)r->driver_calls[op]);
+                (unsigned long long)calls[op]);
         any = 1;
     }
-    fprintf(f, "%s\n", any ? "" : " none");
+    if (!any)
+        fprintf(f, " none");
+}
+
+static void driver_calls(FILE *f, const xseg_replay_result *r)
+{
+    fprintf(f, "  driver calls:");
+    calls_by_op(f, r->driver_calls);
+    fprintf(f, "\n  second half (from event %llu):", (unsigned long long)r->half_event);
+    calls_by_op(f, r->second_half_calls);
+    fprintf(f, "; caller driver time %.3f s\n", (double)r->second_half_caller_ns * 1e-9);
 }
 
 static void driver_time(FILE *f, const replay_report *rep)
