@@ -46,7 +46,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 
-import bench_report  # noqa: E402  (tools/python)
+import bench_models  # noqa: E402  (tools/python; imports no torch)
+import bench_report  # noqa: E402
 
 MODES = ("native", "expandable", "xseg", "xseg-native")
 PEERS = ("native", "expandable")
@@ -108,7 +109,6 @@ def ring(torch, sizes, batches, streams):
 def setup(mode, conf):
     """bench_models' allocator switch, then no deterministic fill: torch.empty
     launches no kernel."""
-    import bench_models
     torch, _, info = bench_models.setup_mode(mode, conf)
     torch.use_deterministic_algorithms(False)
     return torch, info
@@ -189,15 +189,6 @@ def table(runs, modes):
     return "\n".join(lines)
 
 
-def child_env(mode):
-    env = dict(os.environ)
-    for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
-        env.pop(k, None)
-    if mode == "expandable":
-        env["PYTORCH_ALLOC_CONF"] = env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
-    return env
-
-
 def parent(args):
     os.makedirs(args.out, exist_ok=True)
     jsonl = os.path.join(args.out, "calls.jsonl")
@@ -211,7 +202,7 @@ def parent(args):
             if args.xseg_conf is not None:
                 cmd += ["--xseg-conf", args.xseg_conf]
             try:
-                p = subprocess.run(cmd, env=child_env(mode), timeout=args.timeout,
+                p = subprocess.run(cmd, env=bench_models.mode_env(mode), timeout=args.timeout,
                                    capture_output=True, text=True)
                 rc, tail = p.returncode, (p.stderr or "")[-600:]
             except subprocess.TimeoutExpired:
