@@ -34,6 +34,7 @@ Writes OUT/calls.jsonl (one line per process) and OUT/calls.md. Needs torch
 and a GPU; nothing is downloaded.
 """
 import argparse
+import gzip
 import json
 import math
 import os
@@ -63,6 +64,25 @@ def ring_sizes(seed, n, low=512, high=32 << 20):
     rng = random.Random(seed)
     lo, hi = math.log(low), math.log(high)
     return [int(math.exp(rng.uniform(lo, hi))) for _ in range(n)]
+
+
+def ring_trace(out, seed, passes):
+    """Write the ring's allocation sequence (passes over the sizes, one
+    stream, as ring() runs it) to the file object out as an xseg trace, for
+    xseg-replay on the host backend; returns the events written."""
+    sizes = ring_sizes(seed, RING_STEPS)
+    live = [None] * RING_LIVE
+    out.write(f"# xseg-trace v1: torch_calls.py ring, seed {seed}, {passes} passes\n")
+    events = 0
+    for i in range(RING_STEPS * passes):
+        slot = i % RING_LIVE
+        if live[slot] is not None:
+            out.write(f"f,{live[slot]}\n")
+            events += 1
+        live[slot] = i + 1
+        out.write(f"a,{i + 1},{sizes[i % RING_STEPS]},0\n")
+        events += 1
+    return events
 
 
 def batches_ns(step, per_batch, batches, sync):
@@ -233,18 +253,26 @@ def parse(argv):
     ap.add_argument("--xseg-conf", default=None, help="conf for the xseg modes "
                     "(default: xseg.install()'s)")
     ap.add_argument("--timeout", type=float, default=120, help="seconds per process")
+    ap.add_argument("--trace", help="write the ring's sequence as a gzipped xseg trace to "
+                    "this file and exit (no torch needed; replay it with xseg-replay)")
+    ap.add_argument("--passes", type=int, default=4, help="passes over the ring's sizes "
+                    "in --trace's file")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
     ap.add_argument("--round", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--json", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if not args.child and not args.out:
-        ap.error("--out is required")
+    if not args.child and not args.out and not args.trace:
+        ap.error("--out (or --trace) is required")
     return args
 
 
 def main(argv=None):
     args = parse(argv)
+    if args.trace:
+        with gzip.open(args.trace, "wt") as f:
+            ring_trace(f, args.seed, args.passes)
+        return 0
     return child(args) if args.child else parent(args)
 
 

@@ -1,6 +1,7 @@
 """test_torch_calls: tools/gpu/torch_calls.py's parts that need no torch or
 GPU: the ring's size sequence, the batch timing, the per-round pairing of
 an xseg mode with the faster PyTorch mode, and the summary table."""
+import io
 import sys
 import unittest
 from pathlib import Path
@@ -37,6 +38,28 @@ class RingTest(unittest.TestCase):
         self.assertEqual(calls, {"step": 40, "sync": 8})
         self.assertGreater(med, 0)
         self.assertLessEqual(low, med)
+
+
+class TraceTest(unittest.TestCase):
+    def test_the_trace_is_the_ring_as_run(self):
+        out = io.StringIO()
+        n = tc.ring_trace(out, 3, 2)
+        lines = out.getvalue().splitlines()
+        self.assertTrue(lines[0].startswith("# xseg-trace v1"))
+        events = [line.split(",") for line in lines[1:]]
+        self.assertEqual(len(events), n)
+        allocs = [e for e in events if e[0] == "a"]
+        self.assertEqual(len(allocs), 2 * tc.RING_STEPS)
+        sizes = tc.ring_sizes(3, tc.RING_STEPS)
+        self.assertEqual([int(e[2]) for e in allocs], sizes + sizes)  # two passes
+        live = set()
+        for e in events:  # every free names a live block; never more than the ring
+            if e[0] == "a":
+                live.add(e[1])
+            else:
+                live.remove(e[1])
+            self.assertLessEqual(len(live), tc.RING_LIVE)
+        self.assertEqual(len(live), tc.RING_LIVE)
 
 
 class PairingTest(unittest.TestCase):
