@@ -32,6 +32,11 @@ round: median and a distribution-free interval (bench_report.median_interval).
 
 Writes OUT/calls.jsonl (one line per process) and OUT/calls.md. Needs torch
 and a GPU; nothing is downloaded.
+
+    python3 tools/gpu/torch_calls.py --trace ring.csv.gz [--passes 4]
+
+writes the ring's sequence as an xseg trace instead (no torch), for
+xseg-replay on the host backend (docs/benchmarks.md, twenty-sixth session).
 """
 import argparse
 import gzip
