@@ -130,11 +130,12 @@ static void mark_half(replay *R)
 static void run_events(replay *R)
 {
     const xseg_trace *t = R->t;
-    size_t i;
+    size_t i, half = t->nevents / 2;
     double t0 = now();
+    R->r->half_event = half;
     for (i = 0; i < t->nevents; i++) {
         const xseg_trace_event *e = &t->events[i];
-        if (i == t->nevents / 2)
+        if (i == half)
             mark_half(R);
         int rc = e->op == XSEG_TRACE_ALLOC ? do_alloc(R, i, e) : do_free(R, i, e);
         if (rc != 0)
@@ -203,7 +204,6 @@ static void fill_result(replay *R)
     r->map_unmap_per_1000 =
         r->events ? (double)(r->maps + r->unmaps) * 1000.0 / (double)r->events : 0.0;
     r->events_per_s = r->seconds > 0 ? (double)r->events / r->seconds : 0.0;
-    r->half_event = R->t->nevents / 2;
     if (r->events <= r->half_event)
         return; /* stopped before the second half */
     for (int op = 0; op < XSEG_OP_COUNT; op++)
