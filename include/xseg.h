@@ -141,6 +141,9 @@ typedef struct xseg_stats {
      * the peak allocated since creation or the last trim, or expected_peak
      * when that is higher (summed over the family's tags): */
     uint64_t release_budget;
+    /* What the slack governor lets the cache keep over release_slack's
+     * share of that budget (release_slack_max; summed over the tags): */
+    uint64_t slack_granted;
 } xseg_stats;
 
 /* Static information. */

@@ -769,6 +769,7 @@ static size_t release_limit(const xseg_t *xs)
         if (xs->arena_used > pk)
             pk = xs->arena_used;
         size_t lim = round_page(xs, pk), extra = (size_t)((double)pk * xs->conf.release_slack);
+        extra += xs->gov.extra; /* what the slack governor grants (slack.c) */
         extra -= extra % xs->arena.page;
         return lim > SIZE_MAX - extra ? SIZE_MAX : lim + extra;
     }
@@ -998,13 +999,17 @@ void xblk_moved_fini(xseg_t *xs, int call_driver)
     xs->unmapping_bytes = 0;
 }
 
-static xseg_status ensure_mapped(xseg_t *xs, xblock *b, size_t request)
+/* Map what block b lacks; `steady`: b is no new peak of allocated bytes,
+ * so what it maps is mapped again (the slack governor counts it). */
+static xseg_status ensure_mapped(xseg_t *xs, xblock *b, size_t request, int steady)
 {
     if (xarena_all_mapped(xs, b->addr, b->addr + b->size))
         return XSEG_OK; /* the common case: a cached block */
     size_t need = xarena_unmapped_bytes(xs, b->addr, b->addr + b->size);
     if (!need)
         return XSEG_OK;
+    if (steady)
+        xs->gov.remap += need;
     if (!xlist_empty(&xs->moved))
         xblk_moved_process(xs, 0);
     size_t limit = release_limit(xs);
@@ -1193,11 +1198,12 @@ xseg_status xblk_alloc(xseg_t *xs, xstream *s, size_t size, size_t request, xblo
                          "raise va_size", size, xseg_fmt_size(xs->arena.size, b1, sizeof b1));
     }
     xs->arena_used += b->size;
-    if (xs->arena_used > xs->budget_peak)
+    int steady = xs->arena_used <= xs->budget_peak;
+    if (!steady)
         xs->budget_peak = xs->arena_used;
     if (!xs->wk_unmapping) /* a split releases handles: not while old mappings wait */
         split_large(xs, b, f.from, f.epoch);
-    xseg_status st = ensure_mapped(xs, b, request);
+    xseg_status st = ensure_mapped(xs, b, request, steady);
     if (st != XSEG_OK) {
         xs->arena_used -= b->size;
         if (xarena_unmapped_bytes(xs, b->addr, b->addr + b->size) ==
@@ -1207,6 +1213,7 @@ xseg_status xblk_alloc(xseg_t *xs, xstream *s, size_t size, size_t request, xblo
         coalesce(xs, b, 1);
         return st;
     }
+    xslack_note(xs, b->size);
     if (frontier_after(xs, b)) {
         if (!xs->streak++)
             xs->streak_base = xs->arena_used - b->size;

@@ -364,6 +364,7 @@ static void restart_budget(xseg_t *xs, size_t keep)
 {
     size_t cached = trim_cached(xs);
     xs->budget_peak = xs->arena_used + (cached < keep ? cached : keep);
+    xslack_reset(xs);
 }
 
 /* xseg_trim (wait: the caller releases) and xseg_trim_start (no wait, the

@@ -115,6 +115,8 @@ X(release_wait, int, 1, bool, 0, 0, XSEG_CONF_BOOL) \
 X(host_event_lag, unsigned, 0, count, 0, 1000000, "an integer from 0 to 1000000") \
 /* auto threshold = peak live x (1 + this), in whole pages */ \
 X(release_slack, double, 0.006, threshold, 0, 0, "a real number in [0, 1) such as 0.01") \
+/* the slack governor (slack.c) may raise release_slack up to this (0: off) */ \
+X(release_slack_max, double, 0, threshold, 0, 0, "a real number in [0, 1) such as 0.2") \
 /* 0 = none: release_threshold:auto's budget starts at this many live bytes */ \
 X(expected_peak, size_t, 0, cap, 0, 0, "none or 0 (off), or a size such as 40GB") \
 /* XSEG_PLACE_START / XSEG_PLACE_PAGES */ \

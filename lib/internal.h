@@ -238,6 +238,13 @@ struct xseg {
     uint64_t gc_runs, trims, released, deferred;
     uint64_t budget_peak; /* peak allocated bytes since creation or the last trim:
                            * the release threshold's budget (alloc.c release_limit) */
+    struct {              /* the slack governor (slack.c) */
+        size_t extra;     /* bytes granted over release_slack's share of the budget */
+        size_t alloc;     /* bytes allocated in the current window */
+        size_t remap;     /* of those, bytes mapped again (not new growth) */
+        uint32_t quiet;   /* windows in a row without remapping */
+        uint32_t hist;    /* bit i: window i back remapped over the tolerance */
+    } gov;
     /* reclaim worker (worker.c) */
     struct xworker *wk;   /* NULL: none (reclaim:sync, or not started) */
     xlist releasing;      /* XB_RELEASING blocks (xblock.lru) */
@@ -586,6 +593,10 @@ static inline void xcnt_sub(xcnt *c, uint64_t v) { c->cur -= v; }
 
 /* ---- the family's mapped bytes and cap (an allocator and its tags') ---- */
 static inline xseg_t *xfam(xseg_t *xs) { return xs->parent ? xs->parent : xs; }
+
+/* ---- the slack governor (slack.c) ---- */
+void xslack_note(xseg_t *xs, size_t bytes);
+void xslack_reset(xseg_t *xs);
 
 /* The live bytes release_threshold:auto counts on (alloc.c release_limit;
  * premap and the worker's bound scale with it): the peak allocated since

@@ -117,6 +117,7 @@ enum xseg_shm_field {
     XSF_WORKER_BYTES,
     XSF_RELEASE_BUDGET, /* release_threshold:auto's budget (appended: readers of
                            version 5 that know fewer fields still read it) */
+    XSF_SLACK_GRANTED,  /* the slack governor's grant (appended, as above) */
     XSF_COUNT
 };
 

@@ -77,6 +77,7 @@ void xseg_fill_stats(xseg_t *xs, xseg_stats *st)
     s.driver_ns_worker = xdrv_ns(xs, XDRV_SIDE_WORKER, XSEG_OP_COUNT);
     s.worker_bytes = xs->releasing_bytes + xs->wk_unmapping;
     s.release_budget = xseg_budget(xs);
+    s.slack_granted = xs->gov.extra;
     size_t n = st->size < sizeof s ? st->size : sizeof s;
     memcpy(st, &s, n);
     st->size = (uint32_t)n;

@@ -152,7 +152,10 @@ X(COUNTER, imported_bytes, "imported_bytes", share, 0, -1, \
     "Bytes of blocks imported from other processes and mapped here (their exporters' memory).")) \
 X(GAUGE, release_budget, "release_budget", calc, 0, XSF_RELEASE_BUDGET, \
   P(42, release_budget, one, gauge, "xseg_release_budget_bytes", \
-    "Live bytes release_threshold:auto counts on: the peak allocated since creation or the last trim, or expected_peak when higher."))
+    "Live bytes release_threshold:auto counts on: the peak allocated since creation or the last trim, or expected_peak when higher.")) \
+X(GAUGE, slack_granted, "slack_granted", calc, 0, XSF_SLACK_GRANTED, \
+  P(43, slack_granted, one, gauge, "xseg_slack_granted_bytes", \
+    "Bytes the slack governor (release_slack_max) lets the cache keep mapped over release_slack's share of the release budget."))
 /* clang-format on */
 
 /* Number of uint64_t words of a kind (0: a header word, not copied). */

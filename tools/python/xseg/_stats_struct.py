@@ -39,7 +39,7 @@ HEAD_SCALARS = ("driver_errors", "alloc_calls", "free_calls", "alloc_retries", "
                 "driver_calls_worker", "driver_ns_caller", "driver_ns_worker", "worker_jobs",
                 "worker_bytes")
 # After the share counters: the release budget (docs/config.md, expected_peak).
-TAIL_SCALARS = ("release_budget",)
+TAIL_SCALARS = ("release_budget", "slack_granted")
 SCALARS = HEAD_SCALARS + TAIL_SCALARS  # every uint64_t field, in the struct's order
 
 

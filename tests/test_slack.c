@@ -1,0 +1,118 @@
+/* test_slack.c: the slack governor (release_slack_max, lib/slack.c) on the
+ * host backend: off by default; a steady churn (a ring of tensors of mixed
+ * sizes, the oldest freed first) raises its grant, within its bound, and
+ * cuts the maps the churn costs; a pattern that repeats from the cache
+ * raises nothing; a trim drops the grant. */
+#include <math.h>
+
+#include "support_common.h"
+
+#define S1 ((void *)(uintptr_t)0x1001)
+#define RING_LIVE 64
+#define RING_SIZES 1024
+
+/* Log-uniform sizes from 512 B to 32 MiB, fixed by an LCG. */
+static size_t ring_size(unsigned i)
+{
+    uint64_t x = (uint64_t)(i + 1) * 6364136223846793005ull + 1442695040888963407ull;
+    x ^= x >> 29;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 32;
+    double u = (double)(x >> 11) / (double)(1ull << 53);
+    return (size_t)exp(log(512.0) + u * (log(32.0 * MiB) - log(512.0)));
+}
+
+typedef struct {
+    uint64_t maps_late; /* map calls in the last half of the passes */
+    xseg_stats end;     /* the stats after the last pass */
+} ring_result;
+
+static ring_result run_ring(xseg_t *xs, unsigned passes)
+{
+    void *live[RING_LIVE] = {0};
+    ring_result r = {0};
+    uint64_t maps_half = 0;
+    for (unsigned n = 0; n < passes * RING_SIZES; n++) {
+        if (n == passes / 2 * RING_SIZES)
+            maps_half = t_stats(xs).driver_calls[XSEG_OP_MAP];
+        unsigned slot = n % RING_LIVE;
+        if (live[slot])
+            ck_assert_int_eq(xseg_free(xs, live[slot]), XSEG_OK);
+        ck_assert_int_eq(xseg_alloc(xs, ring_size(n % RING_SIZES), S1, &live[slot]), XSEG_OK);
+    }
+    r.end = t_stats(xs);
+    r.maps_late = r.end.driver_calls[XSEG_OP_MAP] - maps_half;
+    for (unsigned i = 0; i < RING_LIVE; i++)
+        ck_assert_int_eq(xseg_free(xs, live[i]), XSEG_OK);
+    return r;
+}
+
+START_TEST(off_by_default)
+{
+    xseg_t *xs = t_host("host_capacity:4GB");
+    ring_result r = run_ring(xs, 4);
+    ck_assert_uint_eq(r.end.slack_granted, 0);
+    xseg_destroy(xs);
+}
+END_TEST
+
+START_TEST(steady_churn_raises_the_grant_within_its_bound)
+{
+    xseg_t *off = t_host("host_capacity:4GB");
+    ring_result a = run_ring(off, 6);
+    xseg_destroy(off);
+    xseg_t *xs = t_host("host_capacity:4GB,release_slack_max:0.2");
+    ring_result b = run_ring(xs, 6);
+    uint64_t budget = b.end.release_budget;
+    /* the same peak of live bytes, but for the slabs' and blocks' rounding */
+    ck_assert_uint_lt(budget > a.end.release_budget ? budget - a.end.release_budget
+                                                    : a.end.release_budget - budget, budget / 100);
+    ck_assert_uint_gt(b.end.slack_granted, 0);
+    ck_assert_uint_le(b.end.slack_granted, (uint64_t)(0.2 * (double)budget));
+    /* mapped stays within the budget plus both slacks, and a page's rounding */
+    ck_assert_uint_le(b.end.mapped_bytes.peak,
+                      budget + (uint64_t)(0.2 * (double)budget) + 2 * b.end.page_size);
+    ck_assert_uint_gt(b.end.mapped_bytes.peak, a.end.mapped_bytes.peak); /* memory for calls */
+    ck_assert_msg(b.maps_late * 2 < a.maps_late, "maps in the late passes: %llu with the "
+                  "governor, %llu without", (unsigned long long)b.maps_late,
+                  (unsigned long long)a.maps_late);
+    t_check_ok(xs);
+    ck_assert_int_eq(xseg_trim(xs, 0, NULL), XSEG_OK);
+    ck_assert_uint_eq(t_stats(xs).slack_granted, 0); /* a trim drops it */
+    xseg_destroy(xs);
+}
+END_TEST
+
+/* The same sizes allocated and freed together, pass after pass: every pass
+ * after the first comes from the cache, nothing is mapped again. */
+START_TEST(a_pattern_served_by_the_cache_raises_nothing)
+{
+    xseg_t *xs = t_host("host_capacity:4GB,release_slack_max:0.2");
+    void *p[RING_LIVE];
+    for (unsigned pass = 0; pass < 40; pass++) {
+        for (unsigned i = 0; i < RING_LIVE; i++)
+            ck_assert_int_eq(xseg_alloc(xs, ring_size(i), S1, &p[i]), XSEG_OK);
+        for (unsigned i = 0; i < RING_LIVE; i++)
+            ck_assert_int_eq(xseg_free(xs, p[i]), XSEG_OK);
+    }
+    ck_assert_uint_eq(t_stats(xs).slack_granted, 0);
+    xseg_destroy(xs);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("slack");
+    TCase *tc = tcase_create("governor");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, off_by_default);
+    tcase_add_test(tc, steady_churn_raises_the_grant_within_its_bound);
+    tcase_add_test(tc, a_pattern_served_by_the_cache_raises_nothing);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return t_run(suite());
+}
