@@ -28,7 +28,7 @@ round: median and a distribution-free interval (bench_report.median_interval).
 
     PYTHONPATH=tools/python XSEG_LIBRARY=build/lib/libxseg.so.0 \\
         python3 tools/gpu/torch_calls.py --rounds 5 --out OUT \\
-        --modes native expandable xseg xseg-native
+        --modes native expandable xseg xseg-native [--variant CONF ...]
 
 Writes OUT/calls.jsonl (one line per process) and OUT/calls.md. Needs torch
 and a GPU; nothing is downloaded.
@@ -140,21 +140,26 @@ def setup(mode, conf):
 
 
 def child(args):
-    torch, info = setup(args.mode, args.xseg_conf)
+    torch, info = setup(*bench_models.split_mode(args.mode, args.xseg_conf))
     res = {"mode": args.mode, "round": args.round, "info": info}
+    want = set(args.figures)
     for size in PAIR_SIZES:
-        med, low = pairs(torch, size, args.per_batch, args.batches)
-        res[f"pairs_{size}"], res[f"pairs_{size}_min"] = med, low
+        if f"pairs_{size}" in want:
+            med, low = pairs(torch, size, args.per_batch, args.batches)
+            res[f"pairs_{size}"], res[f"pairs_{size}_min"] = med, low
     sizes = ring_sizes(args.seed, RING_STEPS)
-    res["ring"], res["ring_min"] = ring(torch, sizes, args.batches, None)
-    two = [torch.cuda.Stream(), torch.cuda.Stream()]
-    res["ring_streams"], res["ring_streams_min"] = ring(torch, sizes, args.batches, two)
+    if "ring" in want:
+        res["ring"], res["ring_min"] = ring(torch, sizes, args.batches, None)
+    if "ring_streams" in want:
+        two = [torch.cuda.Stream(), torch.cuda.Stream()]
+        res["ring_streams"], res["ring_streams_min"] = ring(torch, sizes, args.batches, two)
     res["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
     if args.mode.startswith("xseg"):
         import xseg
         st = xseg.memory_stats()
         res["xseg_counters"] = {k: st[k] for k in st if k.startswith("xseg.") and (
-            "driver" in k or k in ("xseg.syncs", "xseg.alloc_calls", "xseg.free_calls"))}
+            "driver" in k or "slack" in k or
+            k in ("xseg.syncs", "xseg.alloc_calls", "xseg.free_calls"))}
     with open(args.json, "a") as f:
         f.write(json.dumps(res) + "\n")
     return 0
@@ -193,7 +198,7 @@ def table(runs, modes):
     """Markdown: per figure, each mode's ns (median (min-max) over rounds),
     then each xseg mode's paired ratio to the round's faster peer."""
     data = by_round(runs)
-    xmodes = [m for m in modes if m.startswith("xseg")]
+    xmodes = [m for m in modes if m.startswith("xseg")]  # variants too: xseg[CONF]
     head = ["figure"] + [f"{m} ns" for m in modes] + [f"{m} / faster peer" for m in xmodes]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for fig in FIGURES:
@@ -214,20 +219,28 @@ def table(runs, modes):
     return "\n".join(lines)
 
 
+def all_modes(args):
+    """The modes, then one xseg mode per --variant (xseg[CONF])."""
+    return list(args.modes) + [bench_models.variant_name(c) for c in args.variant]
+
+
 def parent(args):
     os.makedirs(args.out, exist_ok=True)
     jsonl = os.path.join(args.out, "calls.jsonl")
     open(jsonl, "w").close()
     failed = 0
-    for rnd, jobs in enumerate(bench_report.schedule(["calls"], args.modes, args.rounds, True)):
+    modes = all_modes(args)
+    for rnd, jobs in enumerate(bench_report.schedule(["calls"], modes, args.rounds, True)):
         for mode, _ in jobs:
             cmd = [sys.executable, os.path.abspath(__file__), "--child", "--mode", mode,
+                   "--figures", *args.figures,
                    "--round", str(rnd), "--json", jsonl, "--batches", str(args.batches),
                    "--per-batch", str(args.per_batch), "--seed", str(args.seed)]
             if args.xseg_conf is not None:
                 cmd += ["--xseg-conf", args.xseg_conf]
             try:
-                p = subprocess.run(cmd, env=bench_models.mode_env(mode), timeout=args.timeout,
+                env = bench_models.mode_env(bench_models.split_mode(mode, None)[0])
+                p = subprocess.run(cmd, env=env, timeout=args.timeout,
                                    capture_output=True, text=True)
                 rc, tail = p.returncode, (p.stderr or "")[-600:]
             except subprocess.TimeoutExpired:
@@ -238,7 +251,7 @@ def parent(args):
                 print(tail, file=sys.stderr)
     with open(jsonl) as f:
         runs = [json.loads(line) for line in f if line.strip()]
-    md = table(runs, args.modes)
+    md = table(runs, modes)
     with open(os.path.join(args.out, "calls.md"), "w") as f:
         f.write(md + "\n")
     print(md)
@@ -252,18 +265,22 @@ def parse(argv):
     ap.add_argument("--out", help="folder for calls.jsonl and calls.md (parent)")
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--figures", nargs="+", default=list(FIGURES), choices=FIGURES,
+                    help="what each process measures (default: all)")
     ap.add_argument("--batches", type=int, default=15, help="timed batches per figure")
     ap.add_argument("--per-batch", type=int, default=2000, help="pairs per batch")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--xseg-conf", default=None, help="conf for the xseg modes "
                     "(default: xseg.install()'s)")
+    ap.add_argument("--variant", action="append", default=[], metavar="CONF",
+                    help="one more mode: xseg with this conf (as xseg[CONF]; repeatable)")
     ap.add_argument("--timeout", type=float, default=120, help="seconds per process")
     ap.add_argument("--trace", help="write the ring's sequence as a gzipped xseg trace to "
                     "this file and exit (no torch needed; replay it with xseg-replay)")
     ap.add_argument("--passes", type=int, default=4, help="passes over the ring's sizes "
                     "in --trace's file")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
+    ap.add_argument("--mode", help=argparse.SUPPRESS)
     ap.add_argument("--round", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--json", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -89,6 +89,17 @@ class PairingTest(unittest.TestCase):
         pairs = next(line for line in lines if line.startswith("| pairs_512 |"))
         self.assertEqual(pairs.count("| - "), 4)  # no run measured it
 
+    def test_a_variant_is_one_more_xseg_mode_paired_like_the_others(self):
+        args = tc.parse(["--out", "o", "--modes", "native", "xseg",
+                         "--variant", "release_slack_max:0.2"])
+        modes = tc.all_modes(args)
+        self.assertEqual(modes, ["native", "xseg", "xseg[release_slack_max:0.2]"])
+        runs = self.RUNS + [run(modes[2], 0, ring=45.0), run(modes[2], 1, ring=100.0)]
+        ratios = sorted(tc.paired_ratios(tc.by_round(runs)["ring"], modes[2]))
+        self.assertEqual([round(r, 3) for r in ratios], [0.5, 0.5])  # 45/90, 100/200
+        head = tc.table(runs, modes).splitlines()[0]
+        self.assertIn("xseg[release_slack_max:0.2] / faster peer", head)
+
 
 if __name__ == "__main__":
     unittest.main()
