@@ -244,6 +244,7 @@ struct xseg {
         size_t remap;     /* of those, bytes mapped again (not new growth) */
         uint32_t quiet;   /* windows in a row without remapping */
         uint32_t hist;    /* bit i: window i back remapped over the tolerance */
+        size_t start;     /* the budget when the window began */
     } gov;
     /* reclaim worker (worker.c) */
     struct xworker *wk;   /* NULL: none (reclaim:sync, or not started) */

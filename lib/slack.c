@@ -6,18 +6,21 @@
  * again a moment later, a driver call on the caller's thread each (a ring
  * of 64 tensors of mixed sizes ran 4x slower than PyTorch's cache on an
  * H100, docs/benchmarks.md).  The governor watches windows of as many
- * allocated bytes as the budget.  A window churns when it mapped again,
- * for allocations that were no new peak, more than a tolerance of the
- * budget.  When XSLACK_NEED of the last XSLACK_SEEN windows churned (a
+ * allocated bytes as the budget.  A window churns when the budget did not
+ * rise during it (no growth) and it mapped again, for allocations that
+ * were no new peak, more than a tolerance of the budget.  When XSLACK_NEED of the last XSLACK_SEEN windows churned (a
  * steady churn, not one burst), the cache may keep half of what the window
  * mapped again more, up to release_slack_max of the budget in all; after
- * XSLACK_QUIET quiet windows in a row an eighth of the grant goes.  Memory
+ * XSLACK_QUIET quiet windows in a row in which the cache left the top
+ * eighth of the grant unused, that eighth goes.  Memory
  * is so traded for driver calls only where they recur (docs/config.md,
  * release_slack_max: the trade measured trace by trace). */
 #include "internal.h"
 
 /* A window may map again this share of the budget and not churn. */
 #define XSLACK_TOLERANCE_DIV 16
+/* A window whose budget grew by this share or more does not churn. */
+#define XSLACK_GROWTH_DIV 64
 /* A raise needs XSLACK_NEED churning windows of the last XSLACK_SEEN. */
 #define XSLACK_SEEN 4
 #define XSLACK_NEED 3
@@ -33,16 +36,30 @@ static size_t grant_max(const xseg_t *xs, size_t budget)
     return (size_t)((double)budget * span);
 }
 
+/* Is the top eighth of the grant unused (mapped below the limit by that
+ * much)?  A grant the cache fills is what keeps a steady state quiet: it
+ * stays; the cache gives memory back only when growth needs room. */
+static int unused(const xseg_t *xs, size_t budget, size_t have)
+{
+    size_t base = budget + (size_t)((double)budget * xs->conf.release_slack);
+    return xs->mapped.cur + have / 8 <= base + have;
+}
+
 static void window_end(xseg_t *xs, size_t budget)
 {
     size_t max = grant_max(xs, budget), have = xs->gov.extra < max ? xs->gov.extra : max;
-    int churn = xs->gov.remap > budget / XSLACK_TOLERANCE_DIV;
+    /* growth maps pages whatever the cache keeps: only a window whose
+     * budget rose by less than XSLACK_GROWTH_DIV of it (a steady state,
+     * but for a slab's or a block's rounding) can churn */
+    int churn = xs->gov.remap > budget / XSLACK_TOLERANCE_DIV &&
+                budget - xs->gov.start < budget / XSLACK_GROWTH_DIV;
+    xs->gov.start = budget;
     xs->gov.hist = (xs->gov.hist << 1 | (uint32_t)churn) & ((1u << XSLACK_SEEN) - 1);
     if (churn && __builtin_popcount(xs->gov.hist) >= XSLACK_NEED) {
         size_t add = xs->gov.remap / 2;
         have = add > max - have ? max : have + add;
         xs->gov.quiet = 0;
-    } else if (!churn && have && ++xs->gov.quiet >= XSLACK_QUIET) {
+    } else if (!churn && have && unused(xs, budget, have) && ++xs->gov.quiet >= XSLACK_QUIET) {
         have -= have / 8 + (have < 8);
         xs->gov.quiet = 0;
     }
@@ -69,4 +86,5 @@ void xslack_reset(xseg_t *xs)
     xs->gov.remap = 0;
     xs->gov.quiet = 0;
     xs->gov.hist = 0;
+    xs->gov.start = 0;
 }
