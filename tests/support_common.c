@@ -2,6 +2,7 @@
 #include "support_common.h"
 
 #include <fcntl.h>
+#include <math.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,6 +12,16 @@
 #include <sys/wait.h>
 
 #include "internal.h"
+
+size_t t_ring_size(unsigned i)
+{
+    uint64_t x = (uint64_t)(i + 1) * 6364136223846793005ull + 1442695040888963407ull;
+    x ^= x >> 29;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 32;
+    double u = (double)(x >> 11) / (double)(1ull << 53);
+    return (size_t)exp(log(512.0) + u * (log(32.0 * MiB) - log(512.0)));
+}
 
 xseg_t *t_host(const char *extra)
 {

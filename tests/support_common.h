@@ -35,6 +35,10 @@ void t_fill_words(uintptr_t va, size_t size, unsigned seed);
 int t_check_words(uintptr_t va, size_t size, unsigned seed);
 int t_all_zero(uintptr_t va, size_t size);
 
+/* The i-th size of a fixed sequence, log-uniform from 512 B to 32 MiB: a
+ * ring of live tensors of mixed sizes (test_slack, test_replay_json). */
+size_t t_ring_size(unsigned i);
+
 /* 1 if reading the byte at p faults (SIGSEGV/SIGBUS), 0 if it reads. */
 int t_faults(const void *p);
 

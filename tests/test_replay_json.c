@@ -69,11 +69,46 @@ START_TEST(reports_moves_and_syncs)
 }
 END_TEST
 
+/* The ring of test_slack as a trace: 64 live blocks of mixed sizes, the
+ * oldest freed first, 8 passes over 1024 sizes. */
+static char *ring_trace(void)
+{
+    size_t cap = 64 + 8 * 1024 * 48, n = 0;
+    char *t = malloc(cap);
+    ck_assert_ptr_nonnull(t);
+    n += (size_t)snprintf(t, cap, "# xseg-trace v1\n");
+    for (unsigned i = 0; i < 8 * 1024; i++) {
+        if (i >= 64)
+            n += (size_t)snprintf(t + n, cap - n, "f,%u\n", i - 64);
+        n += (size_t)snprintf(t + n, cap - n, "a,%u,%zu,1\n", i, t_ring_size(i % 1024));
+    }
+    return t;
+}
+
+START_TEST(reports_the_slack_governors_grant)
+{
+    if (access(REPLAY, X_OK) != 0) {
+        printf("replay_json: %s not built: skipped\n", REPLAY);
+        return;
+    }
+    static char out[16384];
+    char *ring = ring_trace();
+    replay_json(ring, "backend:host,host_capacity:4GB", out, sizeof out);
+    ck_assert_int_eq(json_num(out, "slack_granted"), 0); /* off by default */
+    replay_json(ring, "backend:host,host_capacity:4GB,release_slack_max:0.3", out, sizeof out);
+    long long g = json_num(out, "slack_granted"), live = json_num(out, "peak_live_bytes");
+    ck_assert_msg(g > live / 10 && g <= live * 3 / 10 + (live >> 7), "granted %lld, live %lld",
+                  g, live);
+    free(ring);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("replay_json");
     TCase *tc = tcase_create("json");
     tcase_add_test(tc, reports_moves_and_syncs);
+    tcase_add_test(tc, reports_the_slack_governors_grant);
     suite_add_tcase(s, tc);
     return t_run(s);
 }

@@ -3,24 +3,11 @@
  * sizes, the oldest freed first) raises its grant, within its bound, and
  * cuts the maps the churn costs; a pattern that repeats from the cache
  * raises nothing; a trim drops the grant. */
-#include <math.h>
-
 #include "support_common.h"
 
 #define S1 ((void *)(uintptr_t)0x1001)
 #define RING_LIVE 64
 #define RING_SIZES 1024
-
-/* Log-uniform sizes from 512 B to 32 MiB, fixed by an LCG. */
-static size_t ring_size(unsigned i)
-{
-    uint64_t x = (uint64_t)(i + 1) * 6364136223846793005ull + 1442695040888963407ull;
-    x ^= x >> 29;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 32;
-    double u = (double)(x >> 11) / (double)(1ull << 53);
-    return (size_t)exp(log(512.0) + u * (log(32.0 * MiB) - log(512.0)));
-}
 
 typedef struct {
     uint64_t maps_late; /* map calls in the last half of the passes */
@@ -38,7 +25,7 @@ static ring_result run_ring(xseg_t *xs, unsigned passes)
         unsigned slot = n % RING_LIVE;
         if (live[slot])
             ck_assert_int_eq(xseg_free(xs, live[slot]), XSEG_OK);
-        ck_assert_int_eq(xseg_alloc(xs, ring_size(n % RING_SIZES), S1, &live[slot]), XSEG_OK);
+        ck_assert_int_eq(xseg_alloc(xs, t_ring_size(n % RING_SIZES), S1, &live[slot]), XSEG_OK);
     }
     r.end = t_stats(xs);
     r.maps_late = r.end.driver_calls[XSEG_OP_MAP] - maps_half;
@@ -111,7 +98,7 @@ START_TEST(a_pattern_served_by_the_cache_raises_nothing)
     void *p[RING_LIVE];
     for (unsigned pass = 0; pass < 40; pass++) {
         for (unsigned i = 0; i < RING_LIVE; i++)
-            ck_assert_int_eq(xseg_alloc(xs, ring_size(i), S1, &p[i]), XSEG_OK);
+            ck_assert_int_eq(xseg_alloc(xs, t_ring_size(i), S1, &p[i]), XSEG_OK);
         for (unsigned i = 0; i < RING_LIVE; i++)
             ck_assert_int_eq(xseg_free(xs, p[i]), XSEG_OK);
     }

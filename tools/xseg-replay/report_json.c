@@ -119,6 +119,7 @@ static void measurements(FILE *f, const replay_report *rep)
     second_half(f, r);
     u64(f, "syncs", r->stats.syncs);
     u64(f, "moved_bytes", r->stats.moved_bytes);
+    u64(f, "slack_granted", r->stats.slack_granted);
     u64(f, "ooms", r->ooms);
     u64(f, "freed_at_end", r->freed_at_end);
     u64(f, "verified_blocks", r->verified_blocks);

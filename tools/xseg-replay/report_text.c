@@ -54,6 +54,10 @@ static void driver_calls(FILE *f, const xseg_replay_result *r)
     fprintf(f, "\n  second half (from event %llu):", (unsigned long long)r->half_event);
     calls_by_op(f, r->second_half_calls);
     fprintf(f, "; caller driver time %.3f s\n", (double)r->second_half_caller_ns * 1e-9);
+    if (r->stats.slack_granted) /* release_slack_max (docs/config.md) */
+        fprintf(f, "  slack governor: %.2f MB granted over release_slack, %.4f of the budget\n",
+                (double)r->stats.slack_granted / 1e6,
+                (double)r->stats.slack_granted / (double)r->stats.release_budget);
 }
 
 static void driver_time(FILE *f, const replay_report *rep)
