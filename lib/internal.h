@@ -242,7 +242,7 @@ struct xseg {
         size_t extra;     /* bytes granted over release_slack's share of the budget */
         size_t alloc;     /* bytes allocated in the current window */
         size_t remap;     /* of those, bytes mapped again (not new growth) */
-        uint32_t quiet;   /* windows in a row without remapping */
+        uint32_t quiet;   /* quiet windows that left the grant's top eighth unused */
         uint32_t hist;    /* bit i: window i back remapped over the tolerance */
         size_t start;     /* the budget when the window began */
     } gov;

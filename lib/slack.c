@@ -6,15 +6,16 @@
  * again a moment later, a driver call on the caller's thread each (a ring
  * of 64 tensors of mixed sizes ran 4x slower than PyTorch's cache on an
  * H100, docs/benchmarks.md).  The governor watches windows of as many
- * allocated bytes as the budget.  A window churns when the budget did not
- * rise during it (no growth) and it mapped again, for allocations that
- * were no new peak, more than a tolerance of the budget.  When XSLACK_NEED of the last XSLACK_SEEN windows churned (a
- * steady churn, not one burst), the cache may keep half of what the window
- * mapped again more, up to release_slack_max of the budget in all; after
- * XSLACK_QUIET quiet windows in a row in which the cache left the top
- * eighth of the grant unused, that eighth goes.  Memory
- * is so traded for driver calls only where they recur (docs/config.md,
- * release_slack_max: the trade measured trace by trace). */
+ * allocated bytes as the budget.  A window churns when the budget rose by
+ * less than XSLACK_GROWTH_DIV of it (a steady state) and its allocations
+ * that were no new peak mapped more than XSLACK_TOLERANCE_DIV of it.  When
+ * XSLACK_NEED of the last XSLACK_SEEN windows churned (a steady churn, not
+ * one burst), the cache may keep half of what the window mapped again
+ * more, up to release_slack_max of the budget in all.  A grant the cache
+ * fills stays; after XSLACK_QUIET quiet windows that left its top eighth
+ * unused, that eighth goes; a trim drops it.  Memory is so traded for
+ * driver calls only where they recur (docs/config.md, release_slack_max:
+ * the trade measured trace by trace; docs/design.md: why it is safe). */
 #include "internal.h"
 
 /* A window may map again this share of the budget and not churn. */
@@ -24,7 +25,7 @@
 /* A raise needs XSLACK_NEED churning windows of the last XSLACK_SEEN. */
 #define XSLACK_SEEN 4
 #define XSLACK_NEED 3
-/* Quiet windows in a row before an eighth of the grant goes. */
+/* Quiet windows with the grant's top eighth unused before that eighth goes. */
 #define XSLACK_QUIET 8
 
 /* The most the governor may grant now (0: it is off). */
