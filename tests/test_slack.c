@@ -1,8 +1,9 @@
 /* test_slack.c: the slack governor (release_slack_max, lib/slack.c) on the
  * host backend: off by default; a steady churn (a ring of tensors of mixed
  * sizes, the oldest freed first) raises its grant, within its bound, and
- * cuts the maps the churn costs; a pattern that repeats from the cache
- * raises nothing; a trim drops the grant. */
+ * cuts the maps the churn costs; a grant the cache fills stays, an unused
+ * one shrinks, a trim drops it; a pattern that repeats from the cache
+ * raises nothing. */
 #include "support_common.h"
 
 #define S1 ((void *)(uintptr_t)0x1001)
