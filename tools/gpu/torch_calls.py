@@ -24,7 +24,9 @@ Each figure is the median of BATCHES batches in its process.
 One subprocess per (mode, round), the modes in rotating order (bench_report
 .schedule). The summary gives, per figure and mode, the median (min-max)
 over rounds, and xseg's time over the faster PyTorch mode of the same
-round: median and a distribution-free interval (bench_report.median_interval).
+round: median and a distribution-free interval (bench_report.median_interval);
+its last row, each process's peak of reserved memory (MB, over every figure
+it measured), xseg's over the smaller PyTorch mode's.
 
     PYTHONPATH=tools/python XSEG_LIBRARY=build/lib/libxseg.so.0 \\
         python3 tools/gpu/torch_calls.py --rounds 5 --out OUT \\
@@ -170,18 +172,27 @@ def child(args):
 FIGURES = tuple(f"pairs_{s}" for s in PAIR_SIZES) + ("ring", "ring_streams")
 
 
+# The process's peak of reserved memory (torch.cuda.max_memory_reserved:
+# PyTorch's segments, xseg's mapped bytes) over every figure it measured, MB.
+MEMORY = "peak_reserved_mb"
+
+
 def by_round(runs):
-    """{figure: {round: {mode: ns}}} from the children's lines."""
+    """{figure: {round: {mode: value}}} from the children's lines: ns for
+    the FIGURES, MB for MEMORY."""
     out = {}
     for r in runs:
-        for fig in FIGURES:
-            if fig in r:
-                out.setdefault(fig, {}).setdefault(r["round"], {})[r["mode"]] = r[fig]
+        vals = {fig: r[fig] for fig in FIGURES if fig in r}
+        if "peak_reserved_bytes" in r:
+            vals[MEMORY] = r["peak_reserved_bytes"] / 1e6
+        for fig, v in vals.items():
+            out.setdefault(fig, {}).setdefault(r["round"], {})[r["mode"]] = v
     return out
 
 
 def paired_ratios(rounds, mode):
-    """mode's ns over the faster PyTorch mode's ns, per round that has both."""
+    """mode's value over the smaller PyTorch mode's (the faster, or the one
+    with less memory), per round that has both."""
     out = []
     for modes in rounds.values():
         peers = [modes[p] for p in PEERS if p in modes]
@@ -196,13 +207,16 @@ def spread(values):
 
 def table(runs, modes):
     """Markdown: per figure, each mode's ns (median (min-max) over rounds),
-    then each xseg mode's paired ratio to the round's faster peer."""
+    then each xseg mode's paired ratio to the round's faster peer; last,
+    the processes' peak reserved MB, paired with the smaller peer."""
     data = by_round(runs)
     xmodes = [m for m in modes if m.startswith("xseg")]  # variants too: xseg[CONF]
     head = ["figure"] + [f"{m} ns" for m in modes] + [f"{m} / faster peer" for m in xmodes]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for fig in FIGURES:
+    for fig in FIGURES + (MEMORY,):
         rounds = data.get(fig, {})
+        if fig == MEMORY and not rounds:
+            continue
         cells = [fig]
         for m in modes:
             vals = [v[m] for v in rounds.values() if m in v]

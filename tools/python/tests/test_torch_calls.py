@@ -89,6 +89,17 @@ class PairingTest(unittest.TestCase):
         pairs = next(line for line in lines if line.startswith("| pairs_512 |"))
         self.assertEqual(pairs.count("| - "), 4)  # no run measured it
 
+    def test_the_peak_reserved_is_a_last_row_paired_with_the_smaller_peer(self):
+        runs = [dict(r, peak_reserved_bytes=b) for r, b in zip(
+            self.RUNS[:6], (1300e6, 890e6, 390e6, 1300e6, 900e6, 450e6))]
+        md = tc.table(runs, ["native", "expandable", "xseg"])
+        mem = md.splitlines()[-1]
+        self.assertTrue(mem.startswith("| peak_reserved_mb |"), mem)
+        self.assertIn("1300 (1300-1300)", mem)  # native, both rounds
+        self.assertIn("0.469 (", mem)  # xseg: median of 390/890 and 450/900
+        # no process gave it: no row
+        self.assertNotIn("peak_reserved_mb", tc.table(self.RUNS, ["native", "xseg"]))
+
     def test_a_variant_is_one_more_xseg_mode_paired_like_the_others(self):
         args = tc.parse(["--out", "o", "--modes", "native", "xseg",
                          "--variant", "release_slack_max:0.2"])
