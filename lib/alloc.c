@@ -759,7 +759,7 @@ static size_t round_page(const xseg_t *xs, size_t v)
  * The slack counts in whole pages (rounded down): below a page's worth of
  * peak x release_slack it adds nothing, so small allocators keep the
  * strict policy. */
-static size_t release_limit(const xseg_t *xs)
+size_t xblk_release_limit(const xseg_t *xs)
 {
     size_t rt = xs->conf.release_threshold;
     if (rt == XSEG_SIZE_UNLIMITED)
@@ -804,7 +804,7 @@ static xseg_status make_room(xseg_t *xs, size_t need, size_t request)
             after = xs->mapped.cur + need;
         }
     }
-    size_t limit = release_limit(xs);
+    size_t limit = xblk_release_limit(xs);
     if (limit == SIZE_MAX)
         return XSEG_OK;
     /* Released here, not by the worker: memory still on its way back while
@@ -1012,7 +1012,7 @@ static xseg_status ensure_mapped(xseg_t *xs, xblock *b, size_t request, int stea
         xs->gov.remap += need;
     if (!xlist_empty(&xs->moved))
         xblk_moved_process(xs, 0);
-    size_t limit = release_limit(xs);
+    size_t limit = xblk_release_limit(xs);
     if (xs->cap < limit)
         limit = xs->cap;
     if (xs->mapped.cur + need > limit && xs->conf.caching) {
@@ -1132,7 +1132,7 @@ static void premap_after(xseg_t *xs, xblock *b)
         return; /* a quarter left: map again when it runs lower */
     if (xfam_over_cap(xs, need))
         return;
-    size_t limit = release_limit(xs);
+    size_t limit = xblk_release_limit(xs);
     if (limit != SIZE_MAX && xs->mapped.cur + need > limit + budget)
         return; /* the reserve is bounded: at most the budget over the threshold */
     size_t before = xs->mapped.cur;

@@ -356,7 +356,7 @@ static size_t trim_cached(const xseg_t *xs)
 }
 
 /* A trim gives memory back on purpose: the release threshold's budget
- * (alloc.c release_limit, release_threshold:auto) restarts from the bytes
+ * (alloc.c xblk_release_limit, release_threshold:auto) restarts from the bytes
  * allocated now plus what the trim keeps cached, so that a later, smaller
  * workload releases at its own peak instead of caching up to an earlier
  * one's (docs/config.md, release_threshold). */

@@ -237,7 +237,7 @@ struct xseg {
     int last_drv_rc;      /* code of the last failed driver call */
     uint64_t gc_runs, trims, released, deferred;
     uint64_t budget_peak; /* peak allocated bytes since creation or the last trim:
-                           * the release threshold's budget (alloc.c release_limit) */
+                           * the release threshold's budget (alloc.c xblk_release_limit) */
     struct {              /* the slack governor (slack.c) */
         size_t extra;     /* bytes granted over release_slack's share of the budget */
         size_t alloc;     /* bytes allocated in the current window */
@@ -596,10 +596,13 @@ static inline void xcnt_sub(xcnt *c, uint64_t v) { c->cur -= v; }
 static inline xseg_t *xfam(xseg_t *xs) { return xs->parent ? xs->parent : xs; }
 
 /* ---- the slack governor (slack.c) ---- */
+/* What release_threshold may leave mapped now, the governor's grant
+ * included (SIZE_MAX: no limit; alloc.c). */
+size_t xblk_release_limit(const xseg_t *xs);
 void xslack_note(xseg_t *xs, size_t bytes);
 void xslack_reset(xseg_t *xs);
 
-/* The live bytes release_threshold:auto counts on (alloc.c release_limit;
+/* The live bytes release_threshold:auto counts on (alloc.c xblk_release_limit;
  * premap and the worker's bound scale with it): the peak allocated since
  * creation or the last trim, or the program's expected_peak when that is
  * higher (the default tag's allocator only: the hint is for the program,

@@ -37,13 +37,13 @@ static size_t grant_max(const xseg_t *xs, size_t budget)
     return (size_t)((double)budget * span);
 }
 
-/* Is the top eighth of the grant unused (mapped below the limit by that
- * much)?  A grant the cache fills is what keeps a steady state quiet: it
- * stays; the cache gives memory back only when growth needs room. */
-static int unused(const xseg_t *xs, size_t budget, size_t have)
+/* Is the top eighth of the grant unused (mapped below the release
+ * threshold, which counts the grant, by that much)?  A grant the cache
+ * fills is what keeps a steady state quiet: it stays; the cache gives
+ * memory back only when growth needs room. */
+static int unused(const xseg_t *xs, size_t have)
 {
-    size_t base = budget + (size_t)((double)budget * xs->conf.release_slack);
-    return xs->mapped.cur + have / 8 <= base + have;
+    return xs->mapped.cur + have / 8 <= xblk_release_limit(xs);
 }
 
 static void window_end(xseg_t *xs, size_t budget)
@@ -60,7 +60,7 @@ static void window_end(xseg_t *xs, size_t budget)
         size_t add = xs->gov.remap / 2;
         have = add > max - have ? max : have + add;
         xs->gov.quiet = 0;
-    } else if (!churn && have && unused(xs, budget, have) && ++xs->gov.quiet >= XSLACK_QUIET) {
+    } else if (!churn && have && unused(xs, have) && ++xs->gov.quiet >= XSLACK_QUIET) {
         have -= have / 8 + (have < 8);
         xs->gov.quiet = 0;
     }
