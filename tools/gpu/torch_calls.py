@@ -156,7 +156,7 @@ def child(args):
         two = [torch.cuda.Stream(), torch.cuda.Stream()]
         res["ring_streams"], res["ring_streams_min"] = ring(torch, sizes, args.batches, two)
     res["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
-    if args.mode.startswith("xseg"):
+    if bench_report.is_xseg(args.mode):
         import xseg
         st = xseg.memory_stats()
         res["xseg_counters"] = {k: st[k] for k in st if k.startswith("xseg.") and (
@@ -202,7 +202,8 @@ def paired_ratios(rounds, mode):
 
 
 def spread(values):
-    return f"{statistics.median(values):.0f} ({min(values):.0f}-{max(values):.0f})"
+    s = bench_report.summarize(values)
+    return f"{s['median']:.0f} ({s['min']:.0f}-{s['max']:.0f})"
 
 
 def table(runs, modes):
@@ -210,7 +211,7 @@ def table(runs, modes):
     then each xseg mode's paired ratio to the round's faster peer; last,
     the processes' peak reserved MB, paired with the smaller peer."""
     data = by_round(runs)
-    xmodes = [m for m in modes if m.startswith("xseg")]  # variants too: xseg[CONF]
+    xmodes = [m for m in modes if bench_report.is_xseg(m)]  # variants too: xseg[CONF]
     head = ["figure"] + [f"{m} ns" for m in modes] + [f"{m} / faster peer" for m in xmodes]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for fig in FIGURES + (MEMORY,):
