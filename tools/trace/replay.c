@@ -108,13 +108,21 @@ static int do_free(replay *R, size_t i, const xseg_trace_event *e)
     return 0;
 }
 
+void xseg_replay_driver_ns(xseg_t *xs, uint64_t ns[2][XSEG_OP_COUNT])
+{
+    for (int side = 0; side < 2; side++)
+        for (int op = 0; op < XSEG_OP_COUNT; op++)
+            if (xseg_driver_time(xs, (xseg_side)side, (xseg_op)op, &ns[side][op]) != XSEG_OK)
+                ns[side][op] = 0;
+}
+
 /* The caller's driver time so far, all ops. */
 static uint64_t caller_ns(xseg_t *xs)
 {
-    uint64_t sum = 0, ns;
+    uint64_t ns[2][XSEG_OP_COUNT], sum = 0;
+    xseg_replay_driver_ns(xs, ns);
     for (int op = 0; op < XSEG_OP_COUNT; op++)
-        if (xseg_driver_time(xs, XSEG_SIDE_CALLER, (xseg_op)op, &ns) == XSEG_OK)
-            sum += ns;
+        sum += ns[XSEG_SIDE_CALLER][op];
     return sum;
 }
 

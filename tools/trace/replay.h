@@ -71,6 +71,10 @@ typedef struct xseg_replay_result {
 xseg_status xseg_replay_run(xseg_t *xs, const xseg_trace *t, const xseg_replay_opts *opts,
                             xseg_replay_result *r);
 
+/* The allocator's driver time so far by side (XSEG_SIDE_*) and op
+ * (xseg_driver_time; 0 where it fails). */
+void xseg_replay_driver_ns(xseg_t *xs, uint64_t ns[2][XSEG_OP_COUNT]);
+
 #ifdef __cplusplus
 }
 #endif

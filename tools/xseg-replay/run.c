@@ -45,15 +45,6 @@ static int load(const char *path, replay_report *rep)
     return 0;
 }
 
-/* The allocator's driver time by side and op (xseg_driver_time). */
-static void driver_time(xseg_t *xs, uint64_t ns[2][XSEG_OP_COUNT])
-{
-    for (int side = 0; side < 2; side++)
-        for (int op = 0; op < XSEG_OP_COUNT; op++)
-            if (xseg_driver_time(xs, (xseg_side)side, (xseg_op)op, &ns[side][op]) != XSEG_OK)
-                ns[side][op] = 0;
-}
-
 static void see_peak(void *arg, xseg_t *xs, uint64_t live_bytes)
 {
     xseg_peak_see(arg, xs, (size_t)live_bytes, 0);
@@ -80,7 +71,7 @@ static int replay_once(const replay_cli *c, replay_report *rep, xseg_replay_resu
     if (c->expected_peak) /* cannot fail on an allocator just made */
         (void)xseg_set_expected_peak(xs, (size_t)rep->trace->peak_live_bytes);
     st = xseg_replay_run(xs, rep->trace, &opts, r);
-    driver_time(xs, ns);
+    xseg_replay_driver_ns(xs, ns);
     xseg_destroy(xs);
     if (st == XSEG_OK)
         return 0;
